@@ -1,0 +1,68 @@
+"""Shared fixtures: seeded random-weight timm ViTs (no network), sample images, and a CLI runner.
+
+The `vit` fixture is the same object the CLI builds for `--weights random --seed 0 --device cpu`, because the
+model wrapper loads once per process: CLI tests that pass RANDOM_CPU reuse it instead of rebuilding it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+RANDOM_CPU = ["--weights", "random", "--seed", "0", "--device", "cpu"]
+
+
+@pytest.fixture(scope="session")
+def vit():
+    """The default architecture (ViT-Tiny, patch 16, 224) with seeded random weights."""
+    from vitcli.model import load_model
+    from vitcli.spec import WeightsSpec
+
+    return load_model(WeightsSpec(random=True, seed=0), "cpu", 32)
+
+
+@pytest.fixture(scope="session")
+def photo(tmp_path_factory) -> Path:
+    """A 320x240 RGB JPEG with structure (gradients and shapes) so patches differ from each other."""
+    height, width = 240, 320
+    y, x = np.mgrid[0:height, 0:width]
+    rgb = np.stack([x * 255 / width, y * 255 / height, ((x // 40 + y // 40) % 2) * 200], axis=-1)
+    path = tmp_path_factory.mktemp("images") / "synthetic.jpg"
+    Image.fromarray(rgb.astype(np.uint8)).save(path, quality=95)
+    return path
+
+
+@pytest.fixture(scope="session")
+def newfoundland() -> Path:
+    path = SHARED_DATA / "newfoundland_31.jpg"
+    if not path.is_file():
+        pytest.skip("../shared/data is not beside the project")
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    """Run in an empty folder so the default outputs/ lands there, not in the repository."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def cli(workdir):
+    """invoke(*args) runs `vitcli ARGS` in-process; result.stdout and result.stderr are separate."""
+    from vitcli.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, [str(arg) for arg in args], catch_exceptions=False)
+
+    return invoke

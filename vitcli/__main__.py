@@ -1,0 +1,3 @@
+from vitcli.cli import main
+
+main()

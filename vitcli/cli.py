@@ -1,0 +1,10 @@
+"""The `vitcli` entry point: the Typer app with every command registered."""
+
+from vitcli.commands import attend, compare_patch_size, occlude, patches, predict  # noqa: F401  (registers commands)
+from vitcli.shell import app, run
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    run()

@@ -1,0 +1,1 @@
+"""Placeholder: this command is being built (see the issue tracker)."""

@@ -1,0 +1,119 @@
+"""Finding image files from command-line arguments and decoding them to RGB, with one-line errors for bad input."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitcli.errors import VitcliError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """Where an image came from: enough to reproduce or verify the input."""
+
+    path: Path
+    sha256: str
+    original_size: tuple[int, int]  # (width, height)
+    original_mode: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "original_width": self.original_size[0],
+            "original_height": self.original_size[1],
+            "original_mode": self.original_mode,
+        }
+
+
+def sample_photo() -> Path:
+    """matplotlib's grace_hopper.jpg, found without importing matplotlib."""
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is None or spec.origin is None:
+        raise VitcliError("no image given and matplotlib (which ships the sample photo) is not installed")
+    path = Path(spec.origin).parent / "mpl-data" / "sample_data" / "grace_hopper.jpg"
+    if not path.is_file():
+        raise VitcliError(f"no image given and the sample photo is missing at {path}")
+    return path
+
+
+def resolve_images(arguments: list[str]) -> list[Path]:
+    """Expand files, folders (their images, sorted) and quoted globs into a list of image paths."""
+    paths: list[Path] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                raise VitcliError(f"no images in directory {path} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
+            paths.extend(found)
+        elif path.is_file():
+            paths.append(path)
+        elif glob.has_magic(argument):
+            matches = sorted(Path(match) for match in glob.glob(argument, recursive=True) if Path(match).is_file())
+            if not matches:
+                raise VitcliError(f"no files match {argument}")
+            paths.extend(matches)
+        else:
+            raise VitcliError(f"no such file or directory: {argument}")
+    return paths
+
+
+def load_rgb(path: Path) -> tuple[Any, ImageSource]:
+    """Decode an image fully and convert it to 8-bit RGB (EXIF rotation applied, alpha dropped as timm does)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise VitcliError(f"cannot read {path}: {error.strerror or error}") from error
+    try:
+        with warnings.catch_warnings():
+            # A merely large image (PIL warns) is refused too: it would take minutes and gigabytes to decode.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                opened.load()
+                image = ImageOps.exif_transpose(opened)
+                source = ImageSource(path, hashlib.sha256(data).hexdigest(), opened.size, opened.mode)
+                rgb = _to_rgb(image)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise VitcliError(f"{path} is too large to decode safely ({error})") from error
+    except UnidentifiedImageError as error:
+        raise VitcliError(f"{path} is not an image that Pillow can read") from error
+    except (OSError, SyntaxError, ValueError) as error:
+        raise VitcliError(f"{path} is damaged or truncated: {error}") from error
+    return rgb, source
+
+
+def _to_rgb(image: Any) -> Any:
+    from PIL import Image
+
+    if image.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
+        import numpy as np
+
+        # Pillow's own convert clips these modes at 255; scale the full range to 8 bits instead.
+        values = np.asarray(image, dtype=np.float64)
+        top = _full_scale(image.mode, float(values.max(initial=0.0)))
+        gray = np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8)
+        return Image.fromarray(gray, mode="L").convert("RGB")
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    return image.convert("RGB")
+
+
+def _full_scale(mode: str, largest: float) -> float:
+    """The value that maps to white: the format's range where it can be told, else the image's maximum."""
+    if mode.startswith("I;16"):
+        return 65535.0
+    for scale in (1.0, 255.0, 65535.0):
+        if largest <= scale and (mode == "F" or scale > 1.0):
+            return scale
+    return largest

@@ -1,0 +1,411 @@
+"""The model wrapper every command shares: loading a timm ViT, preprocessing, forwards and an explicit forward.
+
+`VitModel.trace` recomputes the forward by hand (channel-major patch flattening times W_E, softmax(q k^T * scale)
+per head) so that every intermediate row can be shown; `VitModel.logits` runs the model's own (fused) forward.
+Tests check that the two agree.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import platform
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import timm
+import torch
+from timm.layers import Attention, PatchEmbed
+from timm.models.vision_transformer import Block, VisionTransformer
+from torch import Tensor
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.grid import PatchGrid
+from vitcli.images import ImageSource, load_rgb
+from vitcli.spec import WeightsSpec
+
+WEIGHTS_HELP = (
+    "connect to the internet once so timm can download them into the Hugging Face cache, "
+    "pass --checkpoint PATH (a .safetensors, .pth or .pt state dict), "
+    "or use --weights random --seed N for an untrained model"
+)
+
+
+@dataclass
+class PreparedImage:
+    """An image as the model sees it."""
+
+    source: ImageSource
+    crop: Tensor  # (3, H, W) in [0, 1]: the resized, centre-cropped image before normalization
+    input: Tensor  # (3, H, W): `crop` normalized with the checkpoint's mean and std
+
+    def crop_uint8(self):
+        """The crop as an (H, W, 3) uint8 array, for figures."""
+        return (self.crop.permute(1, 2, 0) * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+@dataclass
+class BlockTrace:
+    """What one block computed in the explicit forward; tensors are (batch, ...) on the CPU."""
+
+    index: int  # zero-based: blocks[index]
+    input: Tensor  # (B, N, D) rows entering the block
+    normed: Tensor  # (B, N, D) norm1 of the input: what the attention reads
+    q: Tensor  # (B, heads, N, head_dim)
+    k: Tensor
+    v: Tensor
+    weights: Tensor  # (B, heads, N, N): softmax(q k^T * scale), rows sum to 1
+    attention_output: Tensor  # (B, N, D): weights @ v, heads joined, projected
+    output: Tensor  # (B, N, D) rows leaving the block
+
+
+@dataclass
+class Trace:
+    patch_pixels: Tensor  # (B, patches, 3 p^2): each patch flattened channel-major
+    patch_embeddings: Tensor  # (B, patches, D): patch_pixels @ W_E + b_E
+    tokens: Tensor  # (B, N, D): prefix tokens joined and position embeddings added: block 1's input
+    blocks: dict[int, BlockTrace] = field(default_factory=dict)  # keyed by zero-based block index
+    logits: Tensor | None = None
+
+
+class VitModel:
+    """One loaded timm ViT with its preprocessing, labels and provenance."""
+
+    def __init__(self, net: VisionTransformer, spec: WeightsSpec, device: torch.device, batch_size: int):
+        self.net = net.eval().to(device)
+        self.spec = spec
+        self.device = device
+        self.batch_size = batch_size
+        self.data_config = timm.data.resolve_data_config(model=net)
+        transform = timm.data.create_transform(**self.data_config, is_training=False)
+        steps = list(transform.transforms)
+        self._to_crop = type(transform)(steps[:-1])
+        self._normalize = steps[-1]
+        height, width = self.data_config["input_size"][1:]
+        self.grid = PatchGrid(height, width, net.patch_embed.patch_size[0], _prefix_names(net))
+
+    # ----- facts about the architecture
+
+    @property
+    def name(self) -> str:
+        return self.spec.model_name
+
+    @property
+    def depth(self) -> int:
+        return len(self.net.blocks)
+
+    @property
+    def num_heads(self) -> int:
+        return self.net.blocks[0].attn.num_heads
+
+    @property
+    def embed_dim(self) -> int:
+        return self.net.embed_dim
+
+    @property
+    def num_classes(self) -> int:
+        return self.net.num_classes
+
+    @property
+    def mean(self) -> tuple[float, float, float]:
+        return tuple(self.data_config["mean"])
+
+    @property
+    def std(self) -> tuple[float, float, float]:
+        return tuple(self.data_config["std"])
+
+    @property
+    def patch_projection(self) -> tuple[Tensor, Tensor]:
+        """(W_E, b_E): W_E is (3 p^2, D) for channel-major rows, the Conv2d kernel reshaped."""
+        proj = self.net.patch_embed.proj
+        weight = proj.weight.detach().reshape(proj.out_channels, -1).T
+        bias = proj.bias.detach() if proj.bias is not None else torch.zeros(proj.out_channels, device=weight.device)
+        return weight, bias
+
+    @cached_property
+    def labels(self) -> list[str]:
+        subset = timm.data.infer_imagenet_subset(self.net)
+        if subset is None:
+            return [f"class {index}" for index in range(self.num_classes)]
+        return timm.data.ImageNetInfo(subset).label_descriptions()
+
+    @cached_property
+    def parameter_sha256(self) -> str:
+        """SHA-256 over the state dict sorted by name: each name's UTF-8 bytes, then the tensor's bytes as stored."""
+        return state_dict_sha256(self.net.state_dict())
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "model": self.name,
+            "weights": self.weights_provenance(),
+            "parameters_sha256": self.parameter_sha256,
+            "device": str(self.device),
+            "preprocessing": {key: _plain(value) for key, value in self.data_config.items()},
+            "versions": {
+                "vitcli": _package_version("vitcli"),
+                "timm": timm.__version__,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+        }
+
+    def weights_provenance(self) -> dict[str, Any]:
+        if self.spec.random:
+            return {"source": "random", "seed": self.spec.seed, "note": "untrained weights: outputs are meaningless"}
+        if self.spec.checkpoint is not None:
+            return {"source": "checkpoint", "path": str(self.spec.checkpoint.resolve())}
+        cfg = self.net.pretrained_cfg
+        return {"source": "pretrained", "hf_hub_id": cfg.get("hf_hub_id"), "tag": cfg.get("tag")}
+
+    # ----- images
+
+    def prepare(self, path: Path) -> PreparedImage:
+        """Load an image and preprocess it exactly as timm's eval transform for this checkpoint."""
+        image, source = load_rgb(path)
+        crop = self._to_crop(image)
+        return PreparedImage(source, crop, self._normalize(crop))
+
+    # ----- forwards
+
+    def logits(self, inputs: Tensor) -> Tensor:
+        """The model's own forward over (B, 3, H, W) normalized inputs, in chunks of batch_size; CPU float32."""
+        outputs = []
+        with torch.inference_mode():
+            for chunk in inputs.split(self.batch_size):
+                outputs.append(self.net(chunk.to(self.device)).float().cpu())
+        return torch.cat(outputs)
+
+    def probabilities(self, inputs: Tensor) -> Tensor:
+        return self.logits(inputs).softmax(dim=-1)
+
+    def flatten_patches(self, inputs: Tensor) -> Tensor:
+        """(B, 3, H, W) -> (B, patches, 3 p^2), each patch channel-major: all R rows, then G, then B."""
+        batch, channels, height, width = inputs.shape
+        size = self.grid.patch_size
+        rows, cols = height // size, width // size
+        blocks = inputs.reshape(batch, channels, rows, size, cols, size)
+        return blocks.permute(0, 2, 4, 1, 3, 5).reshape(batch, rows * cols, channels * size * size)
+
+    def trace(self, inputs: Tensor, blocks: Iterable[int] | None = None) -> Trace:
+        """The explicit forward over (B, 3, H, W) inputs, keeping every intermediate of the given zero-based blocks.
+
+        blocks=None keeps all blocks; an empty list keeps none (embedding and logits only).
+        """
+        self.require_standard_blocks()
+        keep = set(range(self.depth)) if blocks is None else set(blocks)
+        net = self.net
+        with torch.inference_mode():
+            x = inputs.to(self.device)
+            pixels = self.flatten_patches(x)
+            weight, bias = self.patch_projection
+            embeddings = pixels @ weight + bias
+            rows = net.patch_embed.norm(embeddings)
+            if net.dynamic_img_size:
+                rows = rows.reshape(x.shape[0], self.grid.rows, self.grid.cols, -1)
+            tokens = net.norm_pre(net.patch_drop(net._pos_embed(rows)))
+            trace = Trace(pixels.cpu(), embeddings.cpu(), tokens.cpu())
+            hidden = tokens
+            for index, block in enumerate(net.blocks):
+                normed = block.norm1(hidden)
+                q, k, v, weights, attention_output = explicit_attention(block.attn, normed)
+                after_attention = hidden + block.drop_path1(block.ls1(attention_output))
+                output = after_attention + block.drop_path2(block.ls2(block.mlp(block.norm2(after_attention))))
+                if index in keep:
+                    trace.blocks[index] = BlockTrace(
+                        index, *(t.cpu() for t in (hidden, normed, q, k, v, weights, attention_output, output))
+                    )
+                hidden = output
+            trace.logits = net.forward_head(net.norm(hidden)).float().cpu()
+        return trace
+
+    def attention_self_check(self, block: BlockTrace) -> float:
+        """Largest |explicit - model's own| attention-module output for a traced block."""
+        with torch.inference_mode():
+            own = self.net.blocks[block.index].attn(block.normed.to(self.device)).float().cpu()
+        return float((own - block.attention_output.float()).abs().max())
+
+    def require_standard_blocks(self) -> None:
+        for index, block in enumerate(self.net.blocks):
+            attention = getattr(block, "attn", None)
+            if type(block) is not Block or type(attention) is not Attention or attention.gate is not None:
+                raise VitcliError(
+                    f"cannot capture attention in {self.name}: block {index + 1} is a {type(block).__name__} "
+                    f"with {type(attention).__name__}; vitcli follows timm's standard Block and Attention"
+                )
+
+
+def explicit_attention(attention: Attention, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """q, k, v per head, softmax(q k^T * scale) over all sources, and the module's output, written out."""
+    batch, tokens, _ = normed.shape
+    qkv = attention.qkv(normed).reshape(batch, tokens, 3, attention.num_heads, attention.head_dim)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    q, k = attention.q_norm(q), attention.k_norm(k)
+    weights = ((q @ k.transpose(-2, -1)) * attention.scale).softmax(dim=-1)
+    mixed = (weights @ v).transpose(1, 2).reshape(batch, tokens, attention.attn_dim)
+    return q, k, v, weights, attention.proj(attention.norm(mixed))
+
+
+def state_dict_sha256(state: dict[str, Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode("utf-8"))
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+# ----- loading
+
+
+_LOADED: dict[tuple[WeightsSpec, str, int], VitModel] = {}
+
+
+def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int = 32) -> VitModel:
+    """Build the network, load its weights and wrap it; one load per process for the same arguments."""
+    key = (spec, device, batch_size)
+    if key not in _LOADED:
+        resolved = resolve_device(device)
+        _require_vit(spec.model_name)
+        if spec.random:
+            torch.manual_seed(spec.seed)
+            net = timm.create_model(spec.model_name, pretrained=False)
+        elif spec.checkpoint is not None:
+            net = timm.create_model(spec.model_name, pretrained=False)
+            load_checkpoint(net, spec.checkpoint, spec.model_name)
+        else:
+            net = _create_pretrained(spec.model_name)
+        _LOADED[key] = VitModel(net, spec, resolved, batch_size)
+    return _LOADED[key]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise VitcliError("--device cuda: no CUDA GPU is available to torch on this machine")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise VitcliError("--device mps: Apple's MPS backend is not available on this machine")
+    return torch.device(name)
+
+
+def _require_vit(name: str) -> None:
+    """Refuse unknown names and non-ViT architectures before any weights are fetched."""
+    if not timm.is_model(name):
+        close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"
+        raise UsageError(f"unknown model name {name!r}{hint}")
+    skeleton = timm.create_model(name, pretrained=False, device="meta")
+    if not isinstance(skeleton, VisionTransformer):
+        raise UsageError(f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs")
+    if skeleton.cls_token is None:
+        raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
+    if type(skeleton.patch_embed) is not PatchEmbed:
+        raise UsageError(f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels")
+
+
+def _create_pretrained(name: str) -> VisionTransformer:
+    """timm's own pretrained loading: Hugging Face cache first, the hub when reachable."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cfg = timm.models.get_pretrained_cfg(name)
+    hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+    if hub_id:
+        cached = any(
+            isinstance(try_to_load_from_cache(hub_id, filename), str)
+            for filename in ("model.safetensors", "open_clip_model.safetensors", "pytorch_model.bin")
+        )
+        if not cached and not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
+            # Without this, huggingface_hub retries an unresolvable host for most of a minute before failing.
+            raise VitcliError(
+                f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} "
+                f"cannot be reached; {WEIGHTS_HELP}"
+            )
+    try:
+        return timm.create_model(name, pretrained=True)
+    except Exception as error:
+        raise VitcliError(f"could not load pretrained weights for {name} ({type(error).__name__}); {WEIGHTS_HELP}") from error
+
+
+def _reachable(endpoint: str) -> bool:
+    host = urlparse(endpoint).hostname or endpoint
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return False
+    return True
+
+
+def load_checkpoint(net: torch.nn.Module, path: Path, name: str) -> None:
+    """Load a .safetensors file or a .pth/.pt state dict (tensors only, never pickled objects), strictly."""
+    if not path.is_file():
+        raise VitcliError(f"checkpoint not found: {path}")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise VitcliError(f"cannot read checkpoint {path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
+    state = _unwrap_state_dict(state, path)
+    expected = net.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    mismatched = [key for key in expected if key in state and tuple(state[key].shape) != tuple(expected[key].shape)]
+    if missing or unexpected or mismatched:
+        problems = []
+        if mismatched:
+            key = mismatched[0]
+            problems.append(
+                f"{len(mismatched)} shape mismatches (e.g. {key}: checkpoint {list(state[key].shape)}, model {list(expected[key].shape)})"
+            )
+        if missing:
+            problems.append(f"{len(missing)} missing keys (e.g. {missing[0]})")
+        if unexpected:
+            problems.append(f"{len(unexpected)} unexpected keys (e.g. {unexpected[0]})")
+        raise VitcliError(f"checkpoint {path} does not match {name}: {'; '.join(problems)}")
+    net.load_state_dict(state, strict=True)
+
+
+def _unwrap_state_dict(state: Any, path: Path) -> dict[str, Tensor]:
+    if isinstance(state, dict):
+        for wrapper in ("state_dict", "model", "state_dict_ema"):
+            if wrapper in state and isinstance(state[wrapper], dict):
+                state = state[wrapper]
+                break
+    if not isinstance(state, dict) or not all(isinstance(value, Tensor) for value in state.values()):
+        raise VitcliError(f"checkpoint {path} is not a state dict of tensors")
+    return {key.removeprefix("module."): value for key, value in state.items()}
+
+
+def _prefix_names(net: VisionTransformer) -> tuple[str, ...]:
+    names = ["CLS"]
+    if getattr(net, "dist_token", None) is not None:
+        names.append("DIST")
+    names.extend(f"REG{index + 1}" for index in range(net.num_reg_tokens))
+    if len(names) != net.num_prefix_tokens:
+        raise VitcliError(f"cannot name the {net.num_prefix_tokens} prefix tokens of {type(net).__name__}")
+    return tuple(names)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _package_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
