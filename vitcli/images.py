@@ -103,7 +103,7 @@ def _to_rgb(image: Any) -> Any:
         values = np.asarray(image, dtype=np.float64)
         top = _full_scale(image.mode, float(values.max(initial=0.0)))
         gray = np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8)
-        return Image.fromarray(gray, mode="L").convert("RGB")
+        return Image.fromarray(gray).convert("RGB")
     if image.mode == "P" and "transparency" in image.info:
         image = image.convert("RGBA")
     return image.convert("RGB")

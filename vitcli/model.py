@@ -82,6 +82,9 @@ class VitModel:
         self.device = device
         self.batch_size = batch_size
         self.data_config = timm.data.resolve_data_config(model=net)
+        if net.patch_embed.img_size is not None:
+            # A net built with img_size=... keeps its checkpoint's pretrained_cfg: the net's own size wins.
+            self.data_config["input_size"] = (3, *net.patch_embed.img_size)
         transform = timm.data.create_transform(**self.data_config, is_training=False)
         steps = list(transform.transforms)
         self._to_crop = type(transform)(steps[:-1])

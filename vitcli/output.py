@@ -51,11 +51,11 @@ class Output:
     def message(self, text: str) -> None:
         """An informational line on stderr; silenced by --quiet."""
         if not self.options.quiet:
-            Console(file=sys.stderr, highlight=False).print(text)
+            print(text, file=sys.stderr)
 
     def warn(self, text: str) -> None:
         """A warning on stderr that --quiet does not silence."""
-        Console(file=sys.stderr, highlight=False).print(f"[yellow]warning:[/yellow] {text}")
+        print(f"warning: {text}", file=sys.stderr)
 
     def emit(self, results: Sequence[Result], provenance: dict[str, Any]) -> None:
         """Print the run's data on stdout in the chosen format."""

@@ -17,7 +17,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import click
 import typer
 
 from vitcli.errors import UsageError, VitcliError
@@ -141,7 +140,6 @@ class CommandContext:
     def model(self) -> VitModel:
         from vitcli.model import load_model
 
-        self.output.message(f"loading {self.weights.model_name} ({self.weights.label} weights) ...")
         return load_model(self.weights, self.device, self.batch_size)
 
     def images(self, arguments: list[str] | None) -> list[Path]:
@@ -241,20 +239,18 @@ def _fail(message: str, exit_code: int) -> None:
 
 
 def run() -> None:
-    """The console script: click's own parse errors become one line too (exit 2)."""
+    """The console script: parse errors become one line too (exit 2), like the commands' own errors."""
     try:
         status = app(standalone_mode=False)
-    except click.UsageError as error:
-        command = error.ctx.command_path if error.ctx else "vitcli"
-        typer.echo(f"error: {error.format_message()} (see '{command} --help')", err=True)
-        sys.exit(2)
-    except click.exceptions.Exit as exit_:
+    except typer.TyperException as error:
+        context = getattr(error, "ctx", None)
+        hint = f" (see '{context.command_path} --help')" if context is not None else ""
+        typer.echo(f"error: {error.format_message()}{hint}", err=True)
+        sys.exit(getattr(error, "exit_code", 1))
+    except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
-    except click.Abort:
+    except typer.Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(130)
-    except click.ClickException as error:
-        typer.echo(f"error: {error.format_message()}", err=True)
-        sys.exit(error.exit_code)
-    # Without standalone mode click returns, rather than raises, the code of a typer.Exit.
+    # Without standalone mode a typer.Exit raised inside a command comes back as its code.
     sys.exit(status if isinstance(status, int) else 0)

@@ -1,0 +1,209 @@
+"""Oracle tests of the shared model wrapper: our explicit computations against timm's own modules."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import timm
+import torch
+from PIL import Image
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.model import VitModel, load_checkpoint, load_model, state_dict_sha256
+from vitcli.predict import predict
+from vitcli.spec import WeightsSpec
+
+# float32 arithmetic through 12 blocks in a different order (explicit vs fused): differences stay far below this.
+FORWARD_TOLERANCE = 1e-4
+PROJECTION_TOLERANCE = 1e-5
+
+
+def small_vit(**kwargs) -> VitModel:
+    """A real timm ViT-Tiny variant (2 blocks) with seeded random weights, wrapped as the CLI would wrap it."""
+    torch.manual_seed(1)
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=2, **kwargs)
+    return VitModel(net, WeightsSpec(model_name="vit_tiny_patch16_224", random=True, seed=1), torch.device("cpu"), 8)
+
+
+def random_inputs(model: VitModel, batch: int = 2) -> torch.Tensor:
+    torch.manual_seed(7)
+    height, width = model.data_config["input_size"][1:]
+    return torch.randn(batch, 3, height, width)
+
+
+def own_block_outputs(model: VitModel, inputs: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Block and attention-module outputs of the model's own (fused) forward, captured by hooks."""
+    blocks, attentions = [], []
+    handles = []
+    for block in model.net.blocks:
+        handles.append(block.register_forward_hook(lambda _m, _i, out: blocks.append(out.detach().clone())))
+        handles.append(block.attn.register_forward_hook(lambda _m, _i, out: attentions.append(out.detach().clone())))
+    try:
+        with torch.inference_mode():
+            logits = model.net(inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return blocks, attentions, logits
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"patch_size": 32},
+        {"patch_size": 8, "img_size": 64},
+        {"img_size": 384},
+        {"reg_tokens": 4},
+        {"no_embed_class": True},
+        {"qk_norm": True, "init_values": 1e-3},
+    ],
+    ids=["tiny", "patch32", "patch8", "384", "registers", "no_embed_class", "qknorm_layerscale"],
+)
+def test_explicit_forward_reproduces_the_fused_model(variant):
+    model = small_vit(**variant)
+    assert all(block.attn.fused_attn for block in model.net.blocks), "the comparison must be against fused attention"
+    inputs = random_inputs(model)
+    trace = model.trace(inputs)
+    blocks, attentions, logits = own_block_outputs(model, inputs)
+    assert (trace.logits - logits).abs().max() < FORWARD_TOLERANCE
+    for index, block in trace.blocks.items():
+        assert (block.output - blocks[index]).abs().max() < FORWARD_TOLERANCE
+        assert (block.attention_output - attentions[index]).abs().max() < FORWARD_TOLERANCE
+        assert model.attention_self_check(block) < FORWARD_TOLERANCE
+        sums = block.weights.sum(dim=-1)
+        assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
+        assert block.weights.shape[-1] == model.grid.num_tokens
+
+
+def test_default_architecture_explicit_forward(vit):
+    inputs = random_inputs(vit, batch=1)
+    trace = vit.trace(inputs)
+    blocks, attentions, logits = own_block_outputs(vit, inputs)
+    assert len(trace.blocks) == 12
+    assert (trace.logits - logits).abs().max() < FORWARD_TOLERANCE
+    assert max((trace.blocks[i].output - blocks[i]).abs().max() for i in range(12)) < FORWARD_TOLERANCE
+    # The weights are softmax(q k^T / 8): recompute one head from the traced q and k by hand.
+    block = trace.blocks[3]
+    scores = block.q[0, 0].double() @ block.k[0, 0].double().T / 8.0
+    assert torch.allclose(block.weights[0, 0].double(), scores.softmax(-1), atol=1e-6)
+
+
+def test_channel_major_flattening_times_w_e_equals_the_conv2d(vit):
+    inputs = random_inputs(vit)
+    pixels = vit.flatten_patches(inputs)
+    assert pixels.shape == (2, 196, 768)
+    # Patch P63 (row 4, col 6): its first 256 values are the R plane read row by row, then G, then B.
+    by_hand = inputs[1, :, 64:80, 96:112].reshape(-1)
+    assert torch.equal(pixels[1, 62], by_hand)
+    weight, bias = vit.patch_projection
+    with torch.inference_mode():
+        conv = vit.net.patch_embed.proj(inputs).flatten(2).transpose(1, 2)
+    assert (pixels @ weight + bias - conv).abs().max() < PROJECTION_TOLERANCE
+
+
+def test_preprocessing_is_timms_eval_transform(vit, newfoundland):
+    prepared = vit.prepare(newfoundland)
+    config = timm.data.resolve_data_config(model=vit.net)
+    transform = timm.data.create_transform(**config, is_training=False)
+    expected = transform(Image.open(newfoundland).convert("RGB"))
+    assert torch.equal(prepared.input, expected)
+    assert prepared.input.shape == (3, 224, 224)
+    assert config["crop_pct"] == 0.9 and tuple(config["mean"]) == (0.5, 0.5, 0.5)
+    # The kept crop is what the model saw: normalizing it gives the input back.
+    assert torch.allclose((prepared.crop - 0.5) / 0.5, prepared.input, atol=1e-6)
+
+
+def test_top_k_probabilities_are_the_softmax_of_the_model_logits(vit, photo):
+    (prediction,) = predict(vit, [photo], top_k=5)
+    with torch.inference_mode():
+        probabilities = vit.net(vit.prepare(photo).input.unsqueeze(0)).softmax(-1)[0]
+    values, indices = probabilities.topk(5)
+    assert [score.index for score in prediction.top] == indices.tolist()
+    assert np.allclose([score.probability for score in prediction.top], values.tolist(), atol=1e-6)
+    assert [score.label for score in prediction.top] == [timm.data.ImageNetInfo().index_to_description(i) for i in indices]
+
+
+def test_batching_does_not_change_predictions(vit, photo, newfoundland):
+    paths = [photo, newfoundland, photo]
+    one_batch = predict(vit, paths, top_k=3)
+    small = load_model(WeightsSpec(random=True, seed=0), "cpu", 2)
+    assert small.net is not vit.net
+    for together, apart in zip(one_batch, predict(small, paths, top_k=3)):
+        assert [s.index for s in together.top] == [s.index for s in apart.top]
+        assert np.allclose([s.probability for s in together.top], [s.probability for s in apart.top], atol=1e-6)
+
+
+def test_model_is_loaded_once_per_process(vit):
+    assert load_model(WeightsSpec(random=True, seed=0), "cpu", 32) is vit
+
+
+def test_parameter_hash_follows_its_definition(vit):
+    digest = hashlib.sha256()
+    for name, tensor in sorted(vit.net.state_dict().items()):
+        digest.update(name.encode("utf-8") + tensor.numpy().tobytes())
+    assert vit.parameter_sha256 == digest.hexdigest()
+    assert state_dict_sha256({"b": torch.ones(2), "a": torch.zeros(1)}) != state_dict_sha256({"a": torch.ones(2), "b": torch.zeros(1)})
+
+
+def test_prefix_tokens_are_named_and_patches_numbered_after_them():
+    registers = small_vit(reg_tokens=4)
+    assert registers.grid.prefix_names == ("CLS", "REG1", "REG2", "REG3", "REG4")
+    assert registers.grid.token_of_patch(1) == 5
+    torch.manual_seed(0)
+    distilled = VitModel(
+        timm.create_model("deit_tiny_distilled_patch16_224", depth=2), WeightsSpec(random=True), torch.device("cpu"), 8
+    )
+    assert distilled.grid.prefix_names == ("CLS", "DIST")
+    inputs = random_inputs(distilled, batch=1)
+    with torch.inference_mode():
+        own = distilled.net(inputs)
+    assert (distilled.trace(inputs, blocks=[]).logits - own).abs().max() < FORWARD_TOLERANCE
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("resnet18", "not a Vision Transformer"),
+        ("vit_medium_patch16_gap_256", "no class token"),
+        ("vit_tiny_r_s16_p8_224", "embeds patches with HybridEmbed"),
+        ("vit_tiny_patch16_244", "did you mean vit_tiny_patch16_224"),
+    ],
+)
+def test_unsupported_models_are_refused_clearly(name, message):
+    with pytest.raises(UsageError, match=message):
+        load_model(WeightsSpec(model_name=name, random=True), "cpu", 1)
+
+
+def test_non_standard_blocks_are_refused_for_attention_capture():
+    model = load_model(WeightsSpec(model_name="vit_small_patch16_18x2_224", random=True), "cpu", 1)
+    with pytest.raises(VitcliError, match="cannot capture attention .* ParallelThingsBlock"):
+        model.trace(torch.zeros(1, 3, 224, 224))
+
+
+def test_checkpoints_load_strictly(tmp_path, vit):
+    from safetensors.torch import save_file
+
+    state = {name: tensor.clone() for name, tensor in vit.net.state_dict().items()}
+    save_file(state, tmp_path / "weights.safetensors")
+    torch.save({"state_dict": state}, tmp_path / "wrapped.pth")
+    for path in (tmp_path / "weights.safetensors", tmp_path / "wrapped.pth"):
+        net = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+        load_checkpoint(net, path, "vit_tiny_patch16_224")
+        assert state_dict_sha256(net.state_dict()) == vit.parameter_sha256
+
+    state["head.weight"] = torch.zeros(10, 192)
+    save_file(state, tmp_path / "ten_classes.safetensors")
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    with pytest.raises(VitcliError, match=r"does not match .*1 shape mismatches \(e.g. head.weight: checkpoint \[10, 192\], model \[1000, 192\]\)"):
+        load_checkpoint(net, tmp_path / "ten_classes.safetensors", "vit_tiny_patch16_224")
+
+
+def test_pickled_objects_are_never_unpickled(tmp_path):
+    path = tmp_path / "evil.pth"
+    torch.save({"model": {"head.weight": torch.zeros(1)}, "extra": np.dtype("float32")}, path)
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False)
+    with pytest.raises(VitcliError, match="cannot read checkpoint"):
+        load_checkpoint(net, path, "vit_tiny_patch16_224")
