@@ -180,6 +180,13 @@ def bad_inputs(folder: Path, photo: Path) -> dict[str, tuple[list[str], int, str
     }
 
 
+def test_asking_for_a_missing_gpu_is_an_error(cli, photo):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    result = cli("predict", photo, "--weights", "random", "--device", "cuda")
+    assert result.exit_code == 1 and "no CUDA GPU is available" in result.stderr
+
+
 def test_bad_inputs_get_one_line_and_an_exit_code(cli, photo, workdir):
     for name, (args, code, message) in bad_inputs(workdir, photo).items():
         result = cli(*args, *RANDOM_CPU)

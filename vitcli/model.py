@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import platform
 import socket
 from collections.abc import Iterable
@@ -339,6 +340,9 @@ def _create_pretrained(name: str) -> VisionTransformer:
 
 
 def _reachable(endpoint: str) -> bool:
+    """Whether the hub's host name resolves; behind a proxy the proxy resolves it, so assume yes."""
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
+        return True
     host = urlparse(endpoint).hostname or endpoint
     try:
         socket.getaddrinfo(host, 443)
