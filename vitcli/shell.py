@@ -75,6 +75,12 @@ class Format(str, Enum):
     csv = "csv"
 
 
+# The image argument of every command that reads images.
+ImagesArgument = Annotated[
+    Optional[list[str]],
+    typer.Argument(metavar="IMAGE...", help="Image files, folders or globs (default: a sample photo).", show_default=False),
+]
+
 _MODEL = "Model options"
 _OUTPUT = "Output options"
 

@@ -4,15 +4,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from vitcli.shell import CommandContext, vitcli_command
+from vitcli.shell import CommandContext, ImagesArgument, vitcli_command
 
 
 @vitcli_command("patches")
 def patches_command(
     context: CommandContext,
-    images: Annotated[
-        Optional[list[str]], typer.Argument(help="Image files, folders or globs (default: a sample photo).", show_default=False)
-    ] = None,
+    images: ImagesArgument = None,
     patch: Annotated[
         Optional[list[str]],
         typer.Option("--patch", "-p", help="Show this patch in full: 63, P63 or r4c6 (zero-based); repeatable."),

@@ -1,19 +1,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from vitcli.shell import CommandContext, vitcli_command
+from vitcli.shell import CommandContext, ImagesArgument, vitcli_command
 
 
 @vitcli_command("predict")
 def predict_command(
     context: CommandContext,
-    images: Annotated[
-        Optional[list[str]], typer.Argument(help="Image files, folders or globs (default: a sample photo).", show_default=False)
-    ] = None,
+    images: ImagesArgument = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many classes to list per image.")] = 5,
 ) -> None:
     """Top-k ImageNet classes with probabilities, for one image or many (batched)."""
