@@ -78,7 +78,7 @@ class Format(str, Enum):
 # The image argument of every command that reads images.
 ImagesArgument = Annotated[
     Optional[list[str]],
-    typer.Argument(metavar="IMAGE...", help="Image files, folders or globs (default: a sample photo).", show_default=False),
+    typer.Argument(metavar="IMAGE", help="Image files, folders or globs (default: a sample photo).", show_default=False),
 ]
 
 _MODEL = "Model options"
