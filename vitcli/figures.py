@@ -19,10 +19,12 @@ from vitcli.grid import PatchGrid  # noqa: E402
 from vitcli.render import weights_note  # noqa: E402
 
 
-def figure(columns: int = 1, size: float = 5.0) -> tuple[Any, list[Any]]:
-    """A row of `columns` square panels with no axis ticks."""
-    fig, axes = plt.subplots(1, columns, figsize=(size * columns, size + 0.6), squeeze=False)
-    panels = list(axes[0])
+def figure(columns: int = 1, size: float = 5.0, rows: int = 1) -> tuple[Any, list[Any]]:
+    """rows x columns square panels without ticks, listed row by row, room left for titles and a colour bar."""
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(size * columns + 1.2, size * rows + 0.9), squeeze=False, layout="constrained"
+    )
+    panels = [panel for line in axes for panel in line]
     for panel in panels:
         panel.set_xticks([])
         panel.set_yticks([])

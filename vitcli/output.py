@@ -70,8 +70,10 @@ class Output:
                 console.print(result.table())
 
     def directory(self, default: Path) -> Path:
-        """The folder files go to: --output-dir if given, else the command's default; created if missing."""
-        folder = self.options.output_dir or default
+        """The folder for a run's files: --output-dir if given, else `default`; created if missing."""
+        return self.make_directory(self.options.output_dir or default)
+
+    def make_directory(self, folder: Path) -> Path:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -120,11 +122,19 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
     try:
         with os.fdopen(handle, "wb") as stream:
             write(stream)
+        # mkstemp creates 0600 files; give the result the permissions an ordinary open() would.
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def write_text(path: Path, text: str) -> Path:

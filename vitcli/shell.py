@@ -166,9 +166,9 @@ class CommandContext:
         stems = _unique_stems(paths)
         chosen = self.output.options.output_dir
         if chosen is not None and len(paths) == 1:
-            return [self.output.directory(chosen)]
+            return [self.output.make_directory(chosen)]
         base = chosen or Path("outputs") / self.command
-        return [self.output.directory(base / stem) for stem in stems]
+        return [self.output.make_directory(base / stem) for stem in stems]
 
 
 def _unique_stems(paths: list[Path]) -> list[str]:
