@@ -150,12 +150,7 @@ class VitModel:
             "parameters_sha256": self.parameter_sha256,
             "device": str(self.device),
             "preprocessing": {key: _plain(value) for key, value in self.data_config.items()},
-            "versions": {
-                "vitcli": _package_version("vitcli"),
-                "timm": timm.__version__,
-                "torch": torch.__version__,
-                "python": platform.python_version(),
-            },
+            "versions": software_versions(),
         }
 
     def weights_provenance(self) -> dict[str, Any]:
@@ -274,7 +269,7 @@ def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int = 32) ->
     key = (spec, device, batch_size)
     if key not in _LOADED:
         resolved = resolve_device(device)
-        _require_vit(spec.model_name)
+        require_vit(spec.model_name)
         if spec.random:
             torch.manual_seed(spec.seed)
             net = timm.create_model(spec.model_name, pretrained=False)
@@ -301,7 +296,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _require_vit(name: str) -> None:
+def require_vit(name: str) -> None:
     """Refuse unknown names and non-ViT architectures before any weights are fetched."""
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
@@ -409,10 +404,16 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _package_version(name: str) -> str:
+def software_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version(name)
+        vitcli_version = version("vitcli")
     except PackageNotFoundError:
-        return "unknown"
+        vitcli_version = "unknown"
+    return {
+        "vitcli": vitcli_version,
+        "timm": timm.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }

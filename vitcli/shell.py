@@ -158,8 +158,12 @@ class CommandContext:
         self.output.message(f"no image given: using the sample photo {photo}")
         return [photo]
 
+    @property
+    def command_line(self) -> str:
+        return shlex.join(["vitcli", *sys.argv[1:]])
+
     def provenance(self, model: VitModel) -> dict[str, Any]:
-        return {**model.provenance(), "command": shlex.join(["vitcli", *sys.argv[1:]])}
+        return {**model.provenance(), "command": self.command_line}
 
     def image_directories(self, paths: list[Path]) -> list[Path]:
         """One output folder per image: outputs/COMMAND/STEM by default, or --output-dir (STEM below it for several)."""
