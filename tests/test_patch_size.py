@@ -1,0 +1,239 @@
+"""compare-patch-size: the lecture's counts, closed-form compute against torch's own count, padding as timm pads,
+the checkpoint resampled to other patch sizes, measurement, and errors.
+
+Oracles: the lecture's numbers; the built timm modules (parameter counts); FlopCounterMode on a real CPU forward;
+timm's own dynamic_img_pad model; FlexiViT's defining property of the pseudo-inverse kernel; hand-made tensors for
+the memory tracker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from vitcli.patch_size import (
+    ADAPTED_NOTE,
+    LiveTensorPeak,
+    Variant,
+    adapt_and_predict,
+    adapt_net,
+    build_variant,
+    count_variant,
+    pad_to_patches,
+    plan_variants,
+    read_architecture,
+)
+from vitcli.spec import DEFAULT_MODEL
+
+RANDOM_CPU = ["--weights", "random", "--seed", "0", "--device", "cpu"]
+NOTE = "architectural comparison: the checkpoint was trained at patch 16"
+# Both counts are integers; they agree exactly for timm's standard ViT, this tolerance only absorbs float division.
+MAC_TOLERANCE = 1e-9
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return read_architecture(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="module")
+def lecture(tiny):
+    return {variant.patch_size: variant for variant in plan_variants(tiny, [32, 16, 8], 224, pad=False)}
+
+
+def test_lecture_counts_for_vit_tiny_at_224(tiny, lecture):
+    assert (tiny.native_patch, tiny.embed_dim, tiny.depth, tiny.num_heads) == (16, 192, 12, 3)
+    assert [lecture[p].patch_tokens for p in (32, 16, 8)] == [49, 196, 784]
+    assert [lecture[p].tokens for p in (32, 16, 8)] == [50, 197, 785]
+    assert lecture[16].scores_per_head_block == 38_809
+    assert lecture[8].scores_per_head_block == 616_225
+    assert round(lecture[8].scores_per_head_block / lecture[16].scores_per_head_block, 2) == 15.88
+    assert lecture[8].patch_scores_per_head_block / lecture[16].patch_scores_per_head_block == 16
+    assert lecture[16].scores_whole_model == 38_809 * 3 * 12
+    assert [lecture[p].values_per_patch for p in (32, 16, 8)] == [3072, 768, 192]
+
+
+@pytest.mark.parametrize("patch", [8, 16, 32])
+def test_parameter_counts_match_the_built_module(lecture, patch):
+    net = build_variant(lecture[patch], "meta")
+    assert lecture[patch].patch_embedding_parameters == sum(p.numel() for p in net.patch_embed.proj.parameters())
+    assert lecture[patch].position_embedding_parameters == net.pos_embed.numel()
+
+
+def test_closed_form_macs_match_flop_counter_on_a_real_cpu_forward(lecture):
+    """FlopCounterMode counts FLOPs = 2 x MACs of matmul/addmm/bmm/convolution. On the CPU torch's fused attention
+    kernel is not counted, so the model runs its explicit q k^T path; softmax, norms and GELU are in neither count.
+    Patch 8 is left to the meta-device count (test_cli_json_and_files) to keep the test fast."""
+    for patch in (16, 32):
+        variant = lecture[patch]
+        torch.manual_seed(0)
+        net = build_variant(variant, "cpu")
+        for block in net.blocks:
+            block.attn.fused_attn = False
+        with FlopCounterMode(display=False) as counter, torch.inference_mode():
+            net(torch.zeros(1, 3, 224, 224))
+        flops = {str(op): count for op, count in counter.get_flop_counts()["Global"].items()}
+        closed = variant.macs()
+        assert set(flops) == {"aten.convolution", "aten.addmm", "aten.bmm"}
+        assert flops["aten.bmm"] == 2 * closed.attention
+        assert math.isclose(counter.get_total_flops() / 2, closed.total, rel_tol=MAC_TOLERANCE)
+        assert count_variant(variant) == (closed, sum(p.numel() for p in net.parameters()))
+
+
+def test_attention_share_grows_with_the_square(lecture):
+    """Halving the patch quadruples the rows' work and multiplies the attention work by about 16."""
+    small, native = lecture[8].macs(), lecture[16].macs()
+    assert small.attention / native.attention == pytest.approx((785 / 197) ** 2)
+    # The patch embedding costs 3 * 224 * 224 * D for every patch size that divides the image.
+    assert lecture[8].patch_tokens * lecture[8].values_per_patch == lecture[32].patch_tokens * lecture[32].values_per_patch
+
+
+def test_pad_matches_timms_dynamic_img_pad(tiny):
+    [padded, _] = plan_variants(tiny, [12], 224, pad=True)
+    assert (padded.padded_size, padded.grid_side, padded.padding) == (228, 19, 4)
+    torch.manual_seed(1)
+    ours = build_variant(padded, "cpu")
+    timms = timm.create_model(DEFAULT_MODEL, pretrained=False, patch_size=12, img_size=228, dynamic_img_pad=True, dynamic_img_size=True).eval()
+    timms.load_state_dict(ours.state_dict())
+    image = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        assert torch.allclose(ours(pad_to_patches(image, 12)), timms(image), atol=1e-5)
+    assert count_variant(padded)[0] == padded.macs()
+
+
+def test_adapted_at_its_own_patch_size_is_the_checkpoint(vit, photo, lecture):
+    before = vit.parameter_sha256
+    image = vit.prepare(photo).input[None]
+    with torch.inference_mode():
+        same = adapt_net(vit.net, lecture[16])(image)
+    assert torch.equal(same, vit.logits(image))
+    run = adapt_and_predict(vit, [lecture[8], lecture[16]], photo)
+    predictions = run.predictions
+    assert run.native_logit_difference == 0
+    for prediction in predictions.values():
+        assert prediction.probabilities_sum == pytest.approx(1, abs=1e-5)
+        assert 0 <= prediction.native_top1_probability <= prediction.top1_probability <= 1
+    native_top1 = int(vit.probabilities(image)[0].argmax())
+    assert predictions[16].top1_index == run.native_top1_index == native_top1
+    assert predictions[16].top1_probability == pytest.approx(float(vit.probabilities(image)[0, native_top1]), abs=1e-6)
+    # The shared network is a deep copy away from every adaptation.
+    assert vit.net.patch_embed.patch_size == (16, 16) and vit.parameter_sha256 == state_sha(vit.net) == before
+
+
+def state_sha(net):
+    from vitcli.model import state_dict_sha256
+
+    return state_dict_sha256(net.state_dict())
+
+
+def test_resampled_kernel_keeps_embeddings_of_upsampled_patches(vit, photo, tiny):
+    """FlexiViT's pseudo-inverse: for p' >= p, <resize(x), w'> = <x, w> for every patch x, with the resize timm
+    inverts (bicubic, antialiased, applied to each patch on its own)."""
+    adapted = adapt_net(vit.net, Variant(tiny, 32, 448))
+    image = vit.prepare(photo).input[None]
+    patches = image.reshape(1, 3, 14, 16, 14, 16).permute(0, 2, 4, 1, 3, 5).reshape(196, 3, 16, 16)
+    large = F.interpolate(patches, size=(32, 32), mode="bicubic", antialias=True)
+    upsampled = large.reshape(1, 14, 14, 3, 32, 32).permute(0, 3, 1, 4, 2, 5).reshape(1, 3, 448, 448)
+    with torch.inference_mode():
+        original = vit.net.patch_embed(image)
+        resampled = adapted.patch_embed(upsampled)
+    assert torch.allclose(resampled, original, atol=1e-3)
+
+
+def test_live_tensor_peak_counts_tensors_alive_together():
+    x = torch.ones(1000)
+    with LiveTensorPeak() as tracker:
+        y = x + 1
+        z = y * 2
+        del y
+        w = z * 3
+    del z, w
+    assert tracker.peak_bytes == 2 * x.nbytes
+
+
+# ----- the command
+
+
+def test_cli_table_needs_no_weights(cli):
+    result = cli("compare-patch-size")
+    assert result.exit_code == 0, result.stderr
+    assert "loading" not in result.stderr
+    assert NOTE in result.stdout
+    for number in ("616,225", "38,809", "15.88", "16.00", "784", "196", "49"):
+        assert number in result.stdout
+
+
+def test_cli_json_and_files(cli, workdir):
+    result = cli("compare-patch-size", "--patch-sizes", "8,32", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    assert "added the checkpoint's own patch size 16" in result.stderr
+    document = json.loads(result.stdout)
+    assert document["provenance"]["comparison"] == NOTE
+    [comparison] = document["results"]
+    assert comparison["comparison"] == NOTE
+    variants = {entry["patch_size"]: entry for entry in comparison["variants"]}
+    assert sorted(variants) == [8, 16, 32]
+    assert variants[8]["scores_ratio_vs_native"] == pytest.approx(616_225 / 38_809)
+    assert variants[8]["patch_scores_ratio_vs_native"] == 16
+    for entry in variants.values():
+        assert entry["macs_attention_counted"] == entry["macs_attention_closed_form"]
+        assert entry["macs_total_counted"] == entry["macs_total_closed_form"]
+    folder = workdir / "outputs" / "compare-patch-size"
+    rows = (folder / "patch_sizes.csv").read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("comparison,") and rows[0].endswith(",weights")
+    assert all(row.startswith(NOTE) for row in rows[1:])
+    assert json.loads((folder / "patch_sizes.json").read_text())["results"][0]["variants"][0]["patch_size"] == 8
+    assert (folder / "patch_sizes.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_measure_is_labelled_and_consistent(cli):
+    result = cli(
+        "compare-patch-size", "--model", "vit_tiny_patch16_224", "--image-size", "64", "--patch-sizes", "16,32",
+        "--measure", "--runs", "3", "--warmup", "1", "--batch-size", "2", "--device", "cpu", "-f", "json",
+    )
+    assert result.exit_code == 0, result.stderr
+    variants = {entry["patch_size"]: entry for entry in json.loads(result.stdout)["results"][0]["variants"]}
+    for entry in variants.values():
+        measurement = entry["measurement"]
+        assert (measurement["batch_size"], measurement["runs"], measurement["warmup"]) == (2, 3, 1)
+        assert measurement["median_latency_ms_per_image"] == pytest.approx(statistics.median(measurement["latencies_ms_per_batch"]) / 2)
+        assert measurement["median_latency_ms_per_image"] > 0
+        assert "tensors created during one forward" in measurement["memory_method"]
+    # 17 rows against 5: every activation is bigger at patch 16.
+    assert variants[16]["peak_memory_bytes"] > variants[32]["peak_memory_bytes"] > 0
+    assert variants[16]["latency_ratio_vs_native"] == 1
+
+
+def test_cli_adapt_is_labelled(cli, workdir, photo):
+    result = cli("compare-patch-size", *RANDOM_CPU, "--adapt", photo, "--patch-sizes", "16,32")
+    assert result.exit_code == 0, result.stderr
+    flat = " ".join(result.stdout.split())
+    assert ADAPTED_NOTE in flat and "RANDOM (seed 0)" in flat
+    csv_rows = (workdir / "outputs" / "compare-patch-size" / "patch_sizes.csv").read_text().splitlines()
+    header = csv_rows[0].split(",")
+    assert {"adapted", "top1_label", "top1_probability", "native_top1_probability"} <= set(header)
+    assert all(ADAPTED_NOTE in row and "RANDOM (seed 0)" in row for row in csv_rows[1:])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--patch-sizes", "0"], "patch size must be between 1 and 224 (the image size), not 0"),
+        (["--patch-sizes=-8"], "patch size must be between 1 and 224 (the image size), not -8"),
+        (["--patch-sizes", "12"], "patch size 12 does not divide the 224-pixel image"),
+        (["--patch-sizes", ""], "--patch-sizes is empty"),
+        (["--patch-sizes", "8,x"], "'x' is not a whole number"),
+        (["--image-size", "40", "--patch-sizes", "8"], "the checkpoint's own patch size 16, which every ratio is taken against, does not divide"),
+    ],
+)
+def test_cli_bad_input(cli, arguments, message):
+    result = cli("compare-patch-size", *arguments)
+    assert result.exit_code == 2
+    assert message in result.stderr
