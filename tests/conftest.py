@@ -26,7 +26,7 @@ def vit():
     from vitcli.model import load_model
     from vitcli.spec import WeightsSpec
 
-    return load_model(WeightsSpec(random=True, seed=0), "cpu", 32)
+    return load_model(WeightsSpec(random=True, seed=0), "cpu")
 
 
 @pytest.fixture(scope="session")

@@ -137,7 +137,8 @@ def test_batching_does_not_change_predictions(vit, photo, newfoundland):
 
 
 def test_model_is_loaded_once_per_process(vit):
-    assert load_model(WeightsSpec(random=True, seed=0), "cpu", 32) is vit
+    assert load_model(WeightsSpec(random=True, seed=0), "cpu") is vit
+    assert vit.batch_size == 8, "a CPU run without --batch-size uses the CPU default"
 
 
 def test_parameter_hash_follows_its_definition(vit):

@@ -107,8 +107,13 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
     ("device", Annotated[Device, typer.Option(help="Where the model runs.", rich_help_panel=_MODEL)], Device.auto),
     (
         "batch_size",
-        Annotated[int, typer.Option(min=1, help="Images per forward pass.", rich_help_panel=_MODEL)],
-        32,
+        Annotated[
+            Optional[int],
+            typer.Option(
+                min=1, help="Images per forward pass (default: 8 on a CPU, 64 on a GPU).", show_default=False, rich_help_panel=_MODEL
+            ),
+        ],
+        None,
     ),
     (
         "output_dir",
@@ -140,7 +145,7 @@ class CommandContext:
     command: str
     weights: WeightsSpec
     device: str
-    batch_size: int
+    batch_size: int | None
     output: Output
 
     def model(self) -> VitModel:
@@ -230,7 +235,7 @@ def _context(
     weights: Weights,
     seed: int,
     device: Device,
-    batch_size: int,
+    batch_size: int | None,
     output_dir: Path | None,
     format: Format,
     quiet: bool,

@@ -32,7 +32,7 @@ def compare_patch_size_command(
 ) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
     from vitcli.errors import UsageError
-    from vitcli.model import resolve_device
+    from vitcli.model import default_batch_size, resolve_device
     from vitcli.output import run_document, write_csv, write_figure, write_json
     from vitcli.patch_size import (
         MeasureSettings,
@@ -51,7 +51,9 @@ def compare_patch_size_command(
         context.output.message(f"added the checkpoint's own patch size {architecture.native_patch}: every ratio is taken against it")
     settings = None
     if measure:
-        settings = MeasureSettings(resolve_device(context.device), context.batch_size, runs, warmup, context.weights.seed)
+        device = resolve_device(context.device)
+        batch_size = context.batch_size or default_batch_size(device)
+        settings = MeasureSettings(device, batch_size, runs, warmup, context.weights.seed)
     adapted = None
     if adapt is None and (context.weights.random or context.weights.checkpoint is not None):
         context.output.message("the counts need no weights: --weights and --checkpoint are used only with --adapt")
