@@ -228,19 +228,7 @@ class QueryAttention:
             f"CLS weight {_percent(row.weights[0])}%, self weight {_percent(row.weights[self.query.token])}%, "
             f"sum of all {self.grid.num_tokens} weights {row.total:.6f}\n{self._caption()}",
         )
-        for column in ("rank", "token", "patch", "row", "col", "weight %"):
-            table.add_column(column, justify="right")
-        for rank, (token, weight) in enumerate(row.top(self.top_k), start=1):
-            place = _place(self.grid, token)
-            table.add_row(
-                str(rank),
-                str(token),
-                place["patch"],
-                _blank(place["row"]),
-                _blank(place["col"]),
-                f"{100 * weight:.4f}",
-            )
-        return table
+        return _ranked_sources(table, self.grid, row.top(self.top_k), "weight %")
 
     def _caption(self) -> str:
         worst = max(self.self_check.values())
@@ -550,20 +538,8 @@ class Rollout:
                 f"(tolerance {SELF_CHECK_TOLERANCE:g})\n{weights_caption(self.weights_label)}"
             ),
         )
-        for column in ("rank", "token", "patch", "row", "col", "rollout %"):
-            table.add_column(column, justify="right")
         best = self.weights.topk(self.top_k)
-        for rank, (token, value) in enumerate(zip(best.indices.tolist(), best.values.tolist()), start=1):
-            place = _place(self.grid, token)
-            table.add_row(
-                str(rank),
-                str(token),
-                place["patch"],
-                _blank(place["row"]),
-                _blank(place["col"]),
-                f"{100 * value:.4f}",
-            )
-        return table
+        return _ranked_sources(table, self.grid, list(zip(best.indices.tolist(), best.values.tolist())), "rollout %")
 
     def rows(self) -> list[dict[str, Any]]:
         return [
@@ -695,6 +671,18 @@ def _mark_query(figures: Any, panel: Any, grid: PatchGrid, query: Query) -> None
 def _table(path: Path, what: str, caption: str) -> Table:
     """A table titled by what it shows (kept on one line) and the image it shows it for."""
     return Table(title=f"{what}\n{path}", caption=caption, min_width=len(what) + 4)
+
+
+def _ranked_sources(table: Table, grid: PatchGrid, ranked: list[tuple[int, float]], value_column: str) -> Table:
+    """Fill a table with sources ranked by a share of attention: rank, token, patch, row, col, percent."""
+    for column in ("rank", "token", "patch", "row", "col", value_column):
+        table.add_column(column, justify="right")
+    for rank, (token, value) in enumerate(ranked, start=1):
+        place = _place(grid, token)
+        table.add_row(
+            str(rank), str(token), place["patch"], _blank(place["row"]), _blank(place["col"]), f"{100 * value:.4f}"
+        )
+    return table
 
 
 def _place(grid: PatchGrid, token: int) -> dict[str, Any]:
