@@ -309,8 +309,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def require_vit(name: str) -> None:
-    """Refuse unknown names and non-ViT architectures before any weights are fetched."""
+def require_vit(name: str) -> VisionTransformer:
+    """Refuse unknown names and non-ViT architectures before any weights are fetched; return the checked
+    skeleton (built on the meta device: shapes only, no memory, no weights)."""
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"
@@ -322,6 +323,7 @@ def require_vit(name: str) -> None:
         raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
     if type(skeleton.patch_embed) is not PatchEmbed:
         raise UsageError(f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels")
+    return skeleton
 
 
 def _create_pretrained(name: str) -> VisionTransformer:

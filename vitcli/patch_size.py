@@ -106,8 +106,7 @@ class Architecture:
 
 def read_architecture(name: str) -> Architecture:
     """Validate the model name and read its dimensions without building weights."""
-    require_vit(name)
-    net = timm.create_model(name, pretrained=False, device="meta")
+    net = require_vit(name)
     require_countable(net, name)
     attention = net.blocks[0].attn
     patch_height, patch_width = net.patch_embed.patch_size
@@ -454,22 +453,22 @@ def adapt_net(net: VisionTransformer, variant: Variant) -> VisionTransformer:
     return adapted.eval()
 
 
-def adapted_input(model: VitModel, path: Path, image_size: int) -> tuple[Tensor, ImageSource]:
-    """The image through the checkpoint's eval transform, at `image_size` pixels (its own crop fraction kept)."""
-    if image_size == model.data_config["input_size"][-1]:
-        prepared = model.prepare(path)
-        return prepared.input, prepared.source
+def resized_input(model: VitModel, path: Path, image_size: int) -> Tensor:
+    """The image through the checkpoint's eval transform at another size (its own crop fraction kept)."""
     config = {**model.data_config, "input_size": (3, image_size, image_size)}
     transform = timm.data.create_transform(**config, is_training=False)
-    image, source = load_rgb(path)
-    return transform(image), source
+    image, _ = load_rgb(path)
+    return transform(image)
 
 
 def adapt_and_predict(model: VitModel, variants: list[Variant], path: Path) -> AdaptedRun:
     """Each variant's prediction with the adapted checkpoint, and the largest |logit difference| between the
     checkpoint adapted to its own patch size and the checkpoint itself (should be 0)."""
-    image, source = adapted_input(model, path, variants[0].image_size)
-    reference = model.logits(model.prepare(path).input[None])[0]
+    prepared = model.prepare(path)
+    source = prepared.source
+    image_size = variants[0].image_size
+    image = prepared.input if image_size == model.data_config["input_size"][-1] else resized_input(model, path, image_size)
+    reference = model.logits(prepared.input[None])[0]
     native_top1 = int(reference.argmax())
     predictions: dict[int, AdaptedPrediction] = {}
     native_difference = math.nan
@@ -763,12 +762,7 @@ def architecture_provenance(architecture: Architecture) -> dict[str, Any]:
 
 def chart(comparison: PatchSizeComparison) -> Any:
     """Tokens and attention scores (left) and multiply-accumulates (right) against patch size, log scales."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from vitcli.figures import title
+    from vitcli.figures import plt, title
 
     patches = [row.variant.patch_size for row in comparison.entries]
     fig, (counts, compute) = plt.subplots(1, 2, figsize=(13, 5.6))
