@@ -32,7 +32,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from vitcli.images import sample_photo
-from vitcli.model import PreparedImage, VitModel, load_model
+from vitcli.loading import load_model
+from vitcli.model import PreparedImage, VitModel
 from vitcli.occlusion import SlidingWindows, baseline, covered_copy, fill_image, measure_covers
 from vitcli.spec import WeightsSpec
 

@@ -23,7 +23,7 @@ RANDOM_CPU = ["--weights", "random", "--seed", "0", "--device", "cpu"]
 @pytest.fixture(scope="session")
 def vit():
     """The default architecture (ViT-Tiny, patch 16, 224) with seeded random weights."""
-    from vitcli.model import load_model
+    from vitcli.loading import load_model
     from vitcli.spec import WeightsSpec
 
     return load_model(WeightsSpec(random=True, seed=0), "cpu")

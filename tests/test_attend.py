@@ -31,7 +31,7 @@ DISTILLED = "deit_tiny_distilled_patch16_224"
 
 
 def extra_model(name: str):
-    from vitcli.model import load_model
+    from vitcli.loading import load_model
     from vitcli.spec import WeightsSpec
 
     return load_model(WeightsSpec(model_name=name, random=True, seed=0), "cpu", 8)
@@ -436,11 +436,11 @@ def test_cli_rollout(cli, vit, photo, workdir):
 
 
 def test_cli_many_images_one_load(cli, photo, workdir, monkeypatch):
-    import vitcli.model
+    import vitcli.loading
 
     loads = []
-    real_load = vitcli.model.load_model
-    monkeypatch.setattr(vitcli.model, "load_model", lambda *args: loads.append(args) or real_load(*args))
+    real_load = vitcli.loading.load_model
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: loads.append(args) or real_load(*args))
     second = workdir / "second.jpg"
     second.write_bytes(photo.read_bytes())
     result = cli(
@@ -549,13 +549,14 @@ def test_cli_bad_input_is_one_line_and_exit_2(cli, photo, arguments, message):
 def test_cli_refuses_a_model_whose_attention_cannot_be_captured(cli, photo, monkeypatch):
     import timm
 
+    import vitcli.loading
     import vitcli.model
     from vitcli.spec import WeightsSpec
 
     name = "vit_small_patch16_18x2_224"  # parallel blocks: two attentions side by side in each block
     net = timm.create_model(name, pretrained=False, depth=1)
     parallel = vitcli.model.VitModel(net, WeightsSpec(model_name=name, random=True), torch.device("cpu"), 8)
-    monkeypatch.setattr(vitcli.model, "load_model", lambda *args: parallel)
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: parallel)
     result = cli("attend", photo, "--model", name, "--block", "1", "--head", "1", *RANDOM_CPU)
     assert result.exit_code == 1
     assert f"error: cannot capture attention in {name}: block 1 is a ParallelThingsBlock" in result.stderr

@@ -11,7 +11,8 @@ import torch
 from PIL import Image
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.model import VitModel, load_checkpoint, load_model, state_dict_sha256
+from vitcli.loading import load_checkpoint, load_model
+from vitcli.model import VitModel, state_dict_sha256
 from vitcli.predict import predict
 from vitcli.spec import WeightsSpec
 

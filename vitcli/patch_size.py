@@ -38,7 +38,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.images import ImageSource, load_rgb
-from vitcli.model import VitModel, require_vit, software_versions
+from vitcli.loading import require_vit
+from vitcli.model import VitModel, software_versions
 from vitcli.render import weights_caption
 
 ARCHITECTURE_ONLY = "none (architecture only)"

@@ -149,7 +149,7 @@ class CommandContext:
     output: Output
 
     def model(self) -> VitModel:
-        from vitcli.model import load_model
+        from vitcli.loading import load_model
 
         return load_model(self.weights, self.device, self.batch_size)
 

@@ -32,7 +32,7 @@ def compare_patch_size_command(
 ) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
     from vitcli.errors import UsageError
-    from vitcli.model import default_batch_size, resolve_device
+    from vitcli.loading import default_batch_size, resolve_device
     from vitcli.output import run_document, write_csv, write_figure, write_json
     from vitcli.patch_size import (
         MeasureSettings,
