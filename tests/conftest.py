@@ -66,3 +66,12 @@ def cli(workdir):
         return runner.invoke(app, [str(arg) for arg in args], catch_exceptions=False)
 
     return invoke
+
+
+def result_files(root: Path, name: str) -> dict[str, Path]:
+    """The files of result `name` under an output folder (ROOT/MODEL/SUBJECT/NAME.*), keyed by suffix ('json',
+    'csv', 'png', 'grid.csv'...); exactly one subject folder must hold them."""
+    found = sorted(root.glob(f"*/*/{name}.*"))
+    folders = {path.parent for path in found}
+    assert len(folders) == 1, f"expected {name}.* in one folder under {root}, found {found}"
+    return {path.name[len(name) + 1 :]: path for path in found}

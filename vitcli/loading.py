@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -19,7 +20,8 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.model import VitModel
+from vitcli.grid import PatchGrid
+from vitcli.model import VitModel, prefix_names
 from vitcli.spec import WeightsSpec
 
 WEIGHTS_HELP = (
@@ -170,3 +172,39 @@ def _unwrap_state_dict(state: Any, path: Path) -> dict[str, Tensor]:
     if not isinstance(state, dict) or not all(isinstance(value, Tensor) for value in state.values()):
         raise VitcliError(f"checkpoint {path} is not a state dict of tensors")
     return {key.removeprefix("module."): value for key, value in state.items()}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a command may check before any weights load: the network's shape, its grid and its classes."""
+
+    name: str
+    depth: int
+    num_heads: int
+    embed_dim: int
+    grid: PatchGrid
+    num_classes: int
+    labels: tuple[str, ...]
+    global_pool: str
+
+
+def describe(spec: WeightsSpec) -> Architecture:
+    """The architecture's facts from timm's meta-device skeleton: no weights are read or downloaded."""
+    skeleton = require_vit(spec.model_name)
+    config = timm.data.resolve_data_config(model=skeleton)
+    height, width = config["input_size"][1:]
+    grid = PatchGrid(height, width, skeleton.patch_embed.patch_size[0], prefix_names(skeleton))
+    subset = timm.data.infer_imagenet_subset(skeleton)
+    labels = tuple(timm.data.ImageNetInfo(subset).label_descriptions()) if subset else ()
+    if len(labels) != skeleton.num_classes:
+        labels = tuple(f"class {index}" for index in range(skeleton.num_classes))
+    return Architecture(
+        spec.model_name,
+        len(skeleton.blocks),
+        skeleton.blocks[0].attn.num_heads,
+        skeleton.embed_dim,
+        grid,
+        skeleton.num_classes,
+        labels,
+        skeleton.global_pool,
+    )

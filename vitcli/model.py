@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -25,7 +25,6 @@ from vitcli.errors import VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
 from vitcli.spec import WeightsSpec
-
 
 
 @dataclass
@@ -51,8 +50,8 @@ class BlockTrace:
     q: Tensor  # (B, heads, N, head_dim)
     k: Tensor
     v: Tensor
-    weights: Tensor  # (B, heads, N, N): softmax(q k^T * scale), rows sum to 1
-    attention_output: Tensor  # (B, N, D): weights @ v, heads joined, projected
+    attention: Tensor  # (B, heads, N, N): softmax(q k^T * scale), rows sum to 1
+    attention_output: Tensor  # (B, N, D): attention @ v, heads joined, projected
     output: Tensor  # (B, N, D) rows leaving the block
 
 
@@ -62,7 +61,7 @@ class Trace:
     patch_embeddings: Tensor  # (B, patches, D): patch_pixels @ W_E + b_E
     tokens: Tensor  # (B, N, D): prefix tokens joined and position embeddings added: block 1's input
     blocks: dict[int, BlockTrace] = field(default_factory=dict)  # keyed by zero-based block index
-    logits: Tensor | None = None
+    logits: Tensor | None = None  # (B, classes): only when the trace ran the whole forward
 
 
 class VitModel:
@@ -82,7 +81,9 @@ class VitModel:
         self._to_crop = type(transform)(steps[:-1])
         self._normalize = steps[-1]
         height, width = self.data_config["input_size"][1:]
-        self.grid = PatchGrid(height, width, net.patch_embed.patch_size[0], _prefix_names(net))
+        self.grid = PatchGrid(height, width, net.patch_embed.patch_size[0], prefix_names(net))
+        # Decided once per model: trace() asks for every batch.
+        self._attention_refusal = _attention_refusal(net, spec.model_name)
 
     # ----- facts about the architecture
 
@@ -181,13 +182,18 @@ class VitModel:
         blocks = inputs.reshape(batch, channels, rows, size, cols, size)
         return blocks.permute(0, 2, 4, 1, 3, 5).reshape(batch, rows * cols, channels * size * size)
 
-    def trace(self, inputs: Tensor, blocks: Iterable[int] | None = None) -> Trace:
-        """The explicit forward over (B, 3, H, W) inputs, keeping every intermediate of the given zero-based blocks.
+    def trace(self, inputs: Tensor, keep: Collection[int] = (), logits: bool = False) -> Trace:
+        """The explicit forward over (B, 3, H, W) inputs, keeping every intermediate of the zero-based blocks in `keep`.
 
-        blocks=None keeps all blocks; an empty list keeps none (embedding and logits only).
+        It stops after the last kept block (with nothing kept, after the embedding); logits=True runs every block and
+        the head as well and fills Trace.logits.
         """
-        self.require_standard_blocks()
-        keep = set(range(self.depth)) if blocks is None else set(blocks)
+        kept = set(keep)
+        if not kept <= set(range(self.depth)):
+            raise ValueError(f"blocks to keep must be zero-based indexes below {self.depth}, not {sorted(kept)}")
+        stop = self.depth if logits else max(kept, default=-1) + 1
+        if stop:
+            self.require_standard_blocks()
         net = self.net
         with torch.inference_mode():
             x = inputs.to(self.device)
@@ -200,44 +206,44 @@ class VitModel:
             tokens = net.norm_pre(net.patch_drop(net._pos_embed(rows)))
             trace = Trace(pixels.cpu(), embeddings.cpu(), tokens.cpu())
             hidden = tokens
-            for index, block in enumerate(net.blocks):
+            for index, block in enumerate(net.blocks[:stop]):
                 normed = block.norm1(hidden)
-                q, k, v, weights, attention_output = explicit_attention(block.attn, normed)
+                q, k, v, attention, attention_output = explicit_attention(block.attn, normed)
                 after_attention = hidden + block.drop_path1(block.ls1(attention_output))
                 output = after_attention + block.drop_path2(block.ls2(block.mlp(block.norm2(after_attention))))
-                if index in keep:
+                if index in kept:
                     trace.blocks[index] = BlockTrace(
-                        index, *(t.cpu() for t in (hidden, normed, q, k, v, weights, attention_output, output))
+                        index, *(t.cpu() for t in (hidden, normed, q, k, v, attention, attention_output, output))
                     )
                 hidden = output
-            trace.logits = net.forward_head(net.norm(hidden)).float().cpu()
+            if logits:
+                trace.logits = net.forward_head(net.norm(hidden)).float().cpu()
         return trace
 
-    def attention_self_check(self, block: BlockTrace) -> float:
-        """Largest |explicit - model's own| attention-module output for a traced block."""
+    def attention_self_check(self, block: BlockTrace) -> Tensor:
+        """Per image of a traced batch, the largest |explicit - model's own| attention-module output: (B,) float64.
+
+        One call of the module over the whole batch.
+        """
         with torch.inference_mode():
-            own = self.net.blocks[block.index].attn(block.normed.to(self.device)).float().cpu()
-        return float((own - block.attention_output.float()).abs().max())
+            own = self.net.blocks[block.index].attn(block.normed.to(self.device)).cpu()
+        return (own.double() - block.attention_output.double()).abs().flatten(1).amax(dim=1)
 
     def require_standard_blocks(self) -> None:
-        for index, block in enumerate(self.net.blocks):
-            attention = getattr(block, "attn", None)
-            if type(block) is not Block or type(attention) is not Attention or attention.gate is not None:
-                raise VitcliError(
-                    f"cannot capture attention in {self.name}: block {index + 1} is a {type(block).__name__} "
-                    f"with {type(attention).__name__}; vitcli follows timm's standard Block and Attention"
-                )
+        """Refuse models whose blocks the explicit forward cannot reproduce (decided once, when the model was built)."""
+        if self._attention_refusal is not None:
+            raise VitcliError(self._attention_refusal)
 
 
-def explicit_attention(attention: Attention, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def explicit_attention(module: Attention, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """q, k, v per head, softmax(q k^T * scale) over all sources, and the module's output, written out."""
     batch, tokens, _ = normed.shape
-    qkv = attention.qkv(normed).reshape(batch, tokens, 3, attention.num_heads, attention.head_dim)
+    qkv = module.qkv(normed).reshape(batch, tokens, 3, module.num_heads, module.head_dim)
     q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    q, k = attention.q_norm(q), attention.k_norm(k)
-    weights = ((q @ k.transpose(-2, -1)) * attention.scale).softmax(dim=-1)
-    mixed = (weights @ v).transpose(1, 2).reshape(batch, tokens, attention.attn_dim)
-    return q, k, v, weights, attention.proj(attention.norm(mixed))
+    q, k = module.q_norm(q), module.k_norm(k)
+    attention = ((q @ k.transpose(-2, -1)) * module.scale).softmax(dim=-1)
+    mixed = (attention @ v).transpose(1, 2).reshape(batch, tokens, module.attn_dim)
+    return q, k, v, attention, module.proj(module.norm(mixed))
 
 
 def state_dict_sha256(state: dict[str, Tensor]) -> str:
@@ -249,7 +255,19 @@ def state_dict_sha256(state: dict[str, Tensor]) -> str:
     return digest.hexdigest()
 
 
-def _prefix_names(net: VisionTransformer) -> tuple[str, ...]:
+def _attention_refusal(net: VisionTransformer, name: str) -> str | None:
+    """Why the explicit forward cannot follow this model's blocks, or None: it writes out timm's standard ones."""
+    for index, block in enumerate(net.blocks):
+        attention = getattr(block, "attn", None)
+        if type(block) is not Block or type(attention) is not Attention or attention.gate is not None:
+            return (
+                f"cannot capture attention in {name}: block {index + 1} is a {type(block).__name__} "
+                f"with {type(attention).__name__}; vitcli follows timm's standard Block and Attention"
+            )
+    return None
+
+
+def prefix_names(net: VisionTransformer) -> tuple[str, ...]:
     names = ["CLS"]
     if getattr(net, "dist_token", None) is not None:
         names.append("DIST")

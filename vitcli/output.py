@@ -1,6 +1,8 @@
-"""The one output helper: data to stdout (rich table, JSON or CSV), messages to stderr, files written atomically.
+"""The one output helper for streams: data on stdout (table, JSON, JSON lines, CSV), messages on stderr.
 
-Every result object a command produces implements `Result`; the command hands it here and never prints itself.
+Results are printed as each one finishes (`jsonl` lines are flushed at once, so `jq` or a pipe sees them
+immediately); `json` prints one document at the end. File writing is the output store's job (vitcli.store), and the
+same document and rows go to files and to stdout (`file_document`, `csv_rows`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import io
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -21,7 +24,131 @@ from rich.console import Console, RenderableType
 
 from vitcli.errors import VitcliError
 
-FORMATS = ("table", "json", "csv")
+FORMATS = ("table", "json", "jsonl", "csv")
+WIDE_PIPE_COLUMNS = 200  # tables sent to a file or pipe are not cut at rich's default 80 columns
+
+
+class Messages:
+    """Informational lines (silenced by --quiet), warnings and errors, all on stderr."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+
+    def info(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    def warn(self, text: str) -> None:
+        print(f"warning: {text}", file=sys.stderr, flush=True)
+
+    def error(self, text: str) -> None:
+        print(f"error: {text}", file=sys.stderr, flush=True)
+
+
+class Emitter:
+    """Prints each result on stdout in the chosen format as soon as it is ready."""
+
+    def __init__(self, format: str = "table", quiet: bool = False):
+        self.format = format
+        self.quiet = quiet
+        self._documents: list[dict[str, Any]] = []
+        self._failures: list[dict[str, str]] = []
+        self._csv_columns: list[str] | None = None
+        self._console = None
+
+    def result(self, document: dict[str, Any], table: Any, rows: Sequence[dict[str, Any]]) -> None:
+        if self.format == "json":
+            self._documents.append(document)
+        elif self.format == "jsonl":
+            _write_line(json_text(document, indent=None))
+        elif self.format == "csv":
+            self._csv(rows)
+        elif not self.quiet:
+            self.console().print(table)
+            sys.stdout.flush()
+
+    def failure(self, subject: str, message: str) -> None:
+        """A failed image: in JSON documents too, so scripts see it, not only people reading stderr."""
+        record = {"subject": subject, "error": message}
+        if self.format == "json":
+            self._failures.append(record)
+        elif self.format == "jsonl":
+            _write_line(json_text(record, indent=None))
+
+    def finish(self) -> None:
+        if self.format == "json":
+            document: dict[str, Any] = {"results": self._documents}
+            if self._failures:
+                document["failures"] = self._failures
+            _write_line(json_text(document))
+
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            width = None if sys.stdout.isatty() else _pipe_width()
+            self._console = Console(file=sys.stdout, width=width, soft_wrap=False)
+        return self._console
+
+    def _csv(self, rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        header = self._csv_columns is None
+        if header:
+            self._csv_columns = list(rows[0])
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=self._csv_columns, lineterminator="\n", extrasaction="ignore")
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        _write_line(buffer.getvalue().rstrip("\n"))
+
+
+def _pipe_width() -> int:
+    """The terminal's width when one is attached to stderr or set in COLUMNS, else wide enough for every table."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    for stream in (sys.stderr, sys.stdin):
+        try:
+            if stream is not None and stream.isatty():
+                return shutil.get_terminal_size().columns
+        except (OSError, ValueError):
+            continue
+    return WIDE_PIPE_COLUMNS
+
+
+def _write_line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def json_text(document: Any, indent: int | None = 2) -> str:
+    """JSON with full float precision; NaN and infinity become null so every parser accepts it."""
+    return json.dumps(_finite(document), indent=indent, ensure_ascii=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+# ----- TRANSITIONAL: the old per-command writing API, removed once every command runs through vitcli.runner
 
 
 class Result(Protocol):
@@ -61,7 +188,7 @@ class Output:
         """Print the run's data on stdout in the chosen format."""
         fmt = self.options.format
         if fmt == "json":
-            sys.stdout.write(to_json_text(run_document(results, provenance)) + "\n")
+            sys.stdout.write(json_text(run_document(results, provenance)) + "\n")
         elif fmt == "csv":
             sys.stdout.write(csv_text([row for result in results for row in result.rows()]))
         elif not self.options.quiet:
@@ -91,31 +218,6 @@ def run_document(results: Sequence[Result], provenance: dict[str, Any]) -> dict[
     return {"provenance": provenance, "results": [result.to_json() for result in results]}
 
 
-def to_json_text(document: Any) -> str:
-    """JSON with full float precision; NaN and infinity become null so every parser accepts the file."""
-    return json.dumps(_finite(document), indent=2, ensure_ascii=False)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
-def csv_text(rows: Sequence[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
     """Write through a temporary file in the same folder, then rename: readers never see a half-written file."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -142,7 +244,7 @@ def write_text(path: Path, text: str) -> Path:
 
 
 def write_json(path: Path, document: Any) -> Path:
-    return write_text(path, to_json_text(document) + "\n")
+    return write_text(path, json_text(document) + "\n")
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:

@@ -16,6 +16,7 @@ class WeightsSpec:
     random: bool = False
     seed: int = 0
     checkpoint: Path | None = None
+    labels: Path | None = None  # class names, one per line (see vitcli.loading)
 
     @property
     def label(self) -> str:

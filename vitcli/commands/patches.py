@@ -1,40 +1,73 @@
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 
-from vitcli.shell import CommandContext, ImagesArgument, vitcli_command
+from vitcli.context import CommandContext
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
 
 
-@vitcli_command("patches")
+class PatchesJob(Job):
+    command = "patches"
+    needs_classes = False
+
+    def __init__(self, patch: list[str] | None = None, values: int = 8):
+        self.patch_texts = list(patch or [])
+        self.values = values
+        self.patches: list[int] | None = None  # resolved against the grid by check()
+
+    def check(self, architecture: Any) -> None:
+        self.patches = [architecture.grid.parse_patch(text) for text in self.patch_texts]
+
+    def name(self) -> str:
+        return result_name("patches", setting("p", self.patches or None), setting("v", self.values))
+
+    def settings(self) -> dict[str, Any]:
+        return {"patch": [f"P{patch}" for patch in self.patches or []], "values": self.values}
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.patches import inspect_patches
+
+        return inspect_patches(work.model, work.image, self.patches or [])
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import patches as view
+
+        return Presentation(
+            view.table(result, self.values),
+            view.rows(result, self.values),
+            view.document(result),
+            figure=lambda: view.figure(result),
+            summary=view.summary(result),
+        )
+
+
+@builds_jobs("patches")
+def patches_jobs(patch: list[str] | None = None, values: int = 8) -> list[Job]:
+    return [PatchesJob(patch, values)]
+
+
+@vitcli_command(
+    "patches",
+    examples=[
+        "vitcli patches examples/images/newfoundland_31.jpg --patch 63",
+        "vitcli patches examples/images/Persian_98.jpg --patch r4c6 --patch 74 --values 4",
+    ],
+)
 def patches_command(
     context: CommandContext,
     images: ImagesArgument = None,
     patch: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--patch", "-p", help="Show this patch in full: 63, P63 or r4c6 (zero-based); repeatable."),
     ] = None,
-    values: Annotated[int, typer.Option("--values", min=1, help="Leading values shown per vector and CSV projection columns.")] = 8,
+    values: Annotated[
+        int, typer.Option("--values", min=1, help="Leading values shown per vector and CSV projection columns.")
+    ] = 8,
 ) -> None:
     """The patch grid, channel-major flattening and the patch projection, checked against the model's Conv2d."""
-    from vitcli.output import run_document, write_csv, write_figure, write_json
-    from vitcli.patches import inspect_patches, patch_figure
-
-    paths = context.images(images)
-    model = context.model()
-    selected = [model.grid.parse_patch(text) for text in patch or []]
-    provenance = context.provenance(model)
-    results = []
-    for path, folder in zip(paths, context.image_directories(paths)):
-        image = model.prepare(path)
-        result = inspect_patches(model, image, selected, values)
-        context.output.wrote(
-            [
-                write_csv(folder / "patches.csv", result.rows()),
-                write_json(folder / "patches.json", run_document([result], provenance)),
-                write_figure(folder / "patches.png", patch_figure(result, image.crop_uint8())),
-            ]
-        )
-        results.append(result)
-    context.output.emit(results, provenance)
+    context.run(patches_jobs(patch, values), images)

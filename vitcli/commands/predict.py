@@ -1,34 +1,64 @@
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from vitcli.shell import CommandContext, ImagesArgument, vitcli_command
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
 
 
-@vitcli_command("predict")
+class PredictJob(Job):
+    command = "predict"
+
+    def __init__(self, top_k: int = 5):
+        self.top_k = top_k
+
+    def name(self) -> str:
+        return result_name("predict", setting("k", self.top_k))
+
+    def settings(self) -> dict[str, Any]:
+        return {"top_k": self.top_k}
+
+    def check(self, architecture: Any) -> None:
+        if not 1 <= self.top_k <= architecture.num_classes:
+            raise UsageError(
+                f"--top-k must be between 1 and {architecture.num_classes} (the model's classes), not {self.top_k}"
+            )
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.predict import predict
+
+        model = work.model
+        return predict(work.clean_logits(), model.labels, work.image.source, model.spec.label, self.top_k)
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import predict as view
+
+        return Presentation(view.table(result), view.rows(result), view.document(result), summary=view.summary(result))
+
+
+@builds_jobs("predict")
+def predict_jobs(top_k: int = 5) -> list[Job]:
+    return [PredictJob(top_k)]
+
+
+@vitcli_command(
+    "predict",
+    examples=[
+        "vitcli predict examples/images/newfoundland_31.jpg",
+        "vitcli predict examples/images --top-k 3 --format csv",
+        "vitcli predict photos/ --format jsonl --weights random | jq .result.top[0]",
+    ],
+)
 def predict_command(
     context: CommandContext,
     images: ImagesArgument = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many classes to list per image.")] = 5,
 ) -> None:
-    """Top-k ImageNet classes with probabilities, for one image or many (batched)."""
-    from vitcli.output import run_document, write_csv, write_json
-    from vitcli.predict import predict
-
-    paths = context.images(images)
-    model = context.model()
-    predictions = predict(model, paths, top_k)
-    provenance = context.provenance(model)
-    folder = context.output.directory(
-        context.output.options.output_dir or Path("outputs", "predict", *([paths[0].stem] if len(paths) == 1 else []))
-    )
-    context.output.wrote(
-        [
-            write_csv(folder / "predictions.csv", [row for prediction in predictions for row in prediction.rows()]),
-            write_json(folder / "predictions.json", run_document(predictions, provenance)),
-        ]
-    )
-    context.output.emit(predictions, provenance)
+    """Top-k classes with probabilities, for one image or many (batched)."""
+    context.run(predict_jobs(top_k), images)

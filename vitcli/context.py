@@ -1,0 +1,200 @@
+"""One command run: its shared options and the services built from them (model, store, emitter, runner).
+
+Nothing here imports torch or timm at import time; the model loads on first use, once per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.jobs import Job
+from vitcli.naming import model_folder
+from vitcli.output import Emitter, Messages
+from vitcli.spec import WeightsSpec
+from vitcli.store import OutputStore
+
+if TYPE_CHECKING:
+    from vitcli.loading import Architecture
+    from vitcli.model import VitModel
+    from vitcli.runner import Publisher, Report
+
+DEFAULT_OUTPUT = Path("outputs")
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int  # K, one-based
+    count: int  # N
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        parts = text.split("/")
+        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+            raise UsageError(f"--shard {text!r}: write it as K/N, e.g. 1/4 for the first of four shares")
+        index, count = int(parts[0]), int(parts[1])
+        if not 1 <= index <= count:
+            raise UsageError(f"--shard {text}: K must be between 1 and N ({count})")
+        return cls(index, count)
+
+    def select(self, paths: Sequence[Path]) -> list[Path]:
+        """Every N-th image of the sorted list, starting at the K-th: the N shares never overlap and cover all."""
+        ordered = sorted(paths, key=lambda path: str(path.absolute()))
+        return ordered[self.index - 1 :: self.count]
+
+
+@dataclass
+class CommandContext:
+    command: str
+    spec: WeightsSpec
+    device: str
+    batch_size: int | None
+    output_dir: Path
+    format: str
+    quiet: bool
+    fail_fast: bool = False
+    shard: Shard | None = None
+    messages: Messages = field(init=False)
+    emitter: Emitter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.messages = Messages(self.quiet)
+        self.emitter = Emitter(self.format, self.quiet)
+
+    # ----- the model
+
+    def model(self) -> VitModel:
+        from vitcli.loading import load_model
+
+        return load_model(self.spec, self.device, self.batch_size)
+
+    @cached_property
+    def architecture(self) -> Architecture:
+        """The architecture's facts without loading weights: for usage checks before the model loads."""
+        from vitcli.loading import describe
+
+        return describe(self.spec)
+
+    def check(self, jobs: Sequence[Job]) -> None:
+        """Every job's usage checks against the architecture, before any weights load."""
+        architecture = self.architecture
+        for job in jobs:
+            if job.needs_classes and architecture.num_classes == 0:
+                raise UsageError(
+                    f"{self.spec.model_name} has no classifier head (num_classes=0): `{job.command}` needs class "
+                    "scores; `patches` and `attend` work without one"
+                )
+            job.check(architecture)
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(["vitcli", *sys.argv[1:]])
+
+    def provenance(self, model: VitModel) -> dict[str, Any]:
+        return {**model.provenance(), "weights_label": self.spec.label, "command": self.command_line}
+
+    @cached_property
+    def model_folder(self) -> str:
+        checkpoint = self.spec.checkpoint
+        digest = _file_sha256(checkpoint) if checkpoint is not None and checkpoint.is_file() else None
+        return model_folder(self.spec.model_name, self.spec.random, self.spec.seed, checkpoint, digest)
+
+    # ----- images and running
+
+    def images(self, arguments: Sequence[str] | None, report: Report | None = None) -> list[Path]:
+        """The images of a run: arguments expanded (an unusable argument is a failure of the report, not the end),
+        or the sample photo when there are none; then this process's --shard."""
+        from vitcli.images import resolve_images, sample_photo
+
+        if not arguments:
+            photo = sample_photo()
+            self.messages.info(f"no image given: using the sample photo {photo}")
+            return [photo]
+        paths: list[Path] = []
+        for argument in arguments:
+            try:
+                paths.extend(resolve_images([argument]))
+            except VitcliError as error:
+                if report is None or self.fail_fast:
+                    raise
+                from vitcli.runner import Failure
+
+                report.images += 1
+                report.failures.append(Failure(argument, None, str(error)))
+                self.messages.error(str(error))
+                self.emitter.failure(argument, str(error))
+        paths = list(dict.fromkeys(paths))
+        return self.shard.select(paths) if self.shard is not None else paths
+
+    def publisher(self, provenance: dict[str, Any], store_root: Path | None = None) -> Publisher:
+        from vitcli.runner import Publisher
+
+        store = OutputStore(store_root or self.output_dir)
+        return Publisher(store, self.model_folder, self.emitter, self.messages, provenance)
+
+    def publish(
+        self, results: Sequence[tuple[Job, Any, str, dict[str, Any] | None]], provenance: dict[str, Any]
+    ) -> None:
+        """For commands whose results are not one per image (image sets, the model alone): publish each
+        (job, result, subject folder, subject JSON) through the store and the emitter, then close the output."""
+        publisher = self.publisher(provenance)
+        for job, result, subject, subject_json in results:
+            publisher.publish(subject, subject_json, job, result)
+        self.emitter.finish()
+
+    def run(self, jobs: Sequence[Job], arguments: Sequence[str] | None) -> Report:
+        """The whole life of an image command: check, load once, run every job on every image, count, exit status."""
+        from vitcli.runner import Report, Runner, progress_display
+
+        self.check(jobs)
+        report = Report()
+        paths = self.images(arguments, report)
+        if paths:
+            model = self.model()
+            runner = Runner(model, self.publisher(self.provenance(model)), self.fail_fast)
+            with progress_display(self.show_progress(len(paths))) as progress:
+                runner.run(jobs, paths, report, progress)
+        self.emitter.finish()
+        self.finish(report)
+        return report
+
+    def finish(self, report: Report) -> None:
+        if report.failures:
+            raise VitcliError(report.counts())
+        if report.images > 1:
+            self.messages.info(report.counts())
+
+    def show_progress(self, images: int) -> bool:
+        return not self.quiet and sys.stderr.isatty() and images > 0
+
+    # ----- TRANSITIONAL: the old per-command writing API, removed once every command runs through run()/publisher()
+
+    @property
+    def weights(self) -> WeightsSpec:
+        return self.spec
+
+    @cached_property
+    def output(self) -> Any:
+        from vitcli.output import Output, OutputOptions
+
+        return Output(OutputOptions(self.format, self.quiet, self.output_dir / self.command, False))
+
+    def image_directories(self, paths: list[Path]) -> list[Path]:
+        from vitcli.naming import image_subject
+
+        return [self.output.make_directory(self.output_dir / self.command / image_subject(path)) for path in paths]
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,98 @@
+"""What every command hands the runner: a `Job` (one configured experiment) and the `Presentation` of its result.
+
+A command module parses its options into a Job; `vitcli run` builds the same Jobs from a config's tables. The runner
+checks each Job against the architecture before any weights load, computes it per image, turns the result into a
+Presentation and gives that to the output store (files) and the emitter (stdout). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from torch import Tensor
+
+    from vitcli.loading import Architecture
+    from vitcli.model import PreparedImage, VitModel
+
+
+@dataclass
+class Presentation:
+    """A result as people and programs see it; built by a presentation module, never recomputing anything."""
+
+    table: RenderableType  # what `--format table` prints
+    rows: list[dict[str, Any]]  # long-form CSV rows; the emitter and store add image and model columns
+    document: dict[str, Any]  # the JSON body; the store adds provenance, the image and the experiment
+    figure: Callable[[], Any] | None = None  # builds the matplotlib figure; called only when files are written
+    extra_files: dict[str, str] = field(default_factory=dict)  # more text files: suffix -> text, e.g. "grid.csv"
+    summary: dict[str, Any] = field(default_factory=dict)  # headline numbers for a batch run's summary.csv
+
+
+class Steps:
+    """Progress inside one job (occlusion batches, say); the runner replaces it with a progress bar."""
+
+    def start(self, total: int, description: str) -> None:
+        """A new sub-task of `total` steps begins."""
+
+    def advance(self, count: int = 1) -> None:
+        """`count` steps of the current sub-task are done."""
+
+
+@dataclass
+class ImageWork:
+    """One prepared image and what experiments on it share: the model and its clean forward, computed once."""
+
+    model: VitModel
+    image: PreparedImage
+    steps: Steps = field(default_factory=Steps)
+    clean: Tensor | None = None  # (classes,) logits of the unperturbed image, filled in batches by the runner
+
+    def clean_logits(self) -> Tensor:
+        if self.clean is None:
+            self.clean = self.model.logits(self.image.input.unsqueeze(0))[0]
+        return self.clean
+
+
+class Job(ABC):
+    """One experiment with its settings, runnable on any number of images."""
+
+    command: ClassVar[str]  # the CLI command (and `vitcli run` experiment) that makes this job
+    needs_classes: ClassVar[bool] = True  # refused on a model without a classifier head
+
+    @abstractmethod
+    def name(self) -> str:
+        """The stem of the result's files: the experiment's kind and the settings that made it (vitcli.naming)."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, Any]:
+        """The settings as JSON values, for the files' provenance, the index and a run's manifest."""
+
+    def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
+        """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
+
+    @abstractmethod
+    def compute(self, work: ImageWork) -> Any:
+        """The typed result for one image."""
+
+    @abstractmethod
+    def present(self, result: Any) -> Presentation:
+        """The result as table, rows, JSON body, figure and summary."""
+
+
+# Each image command registers how its own options (everything but the images and the shared options) become Jobs;
+# the command calls it, and so does `vitcli run` for each experiment table of a config.
+JOB_BUILDERS: dict[str, Callable[..., list[Job]]] = {}
+
+
+def builds_jobs(command: str) -> Callable[[Callable[..., list[Job]]], Callable[..., list[Job]]]:
+    """Register `function(**options) -> list[Job]` for `command`; its parameters are the command's own options."""
+
+    def register(function: Callable[..., list[Job]]) -> Callable[..., list[Job]]:
+        JOB_BUILDERS[command] = function
+        return function
+
+    return register

@@ -1,0 +1,83 @@
+"""The output naming scheme, in one place: which folder a result lands in and what its files are called.
+
+    OUTPUT_DIR / MODEL / SUBJECT / RESULT.{json,csv,png,...}
+
+- MODEL names the network and its weights: `vit_tiny_patch16_224.augreg_in21k_ft_in1k` (pretrained),
+  `vit_tiny_patch16_224.augreg_in21k_ft_in1k-random-s0`, `...-ckpt-probe-1a2b3c4d` (checkpoint stem and the first
+  8 hex digits of its SHA-256). Results of different weights never share a folder.
+- SUBJECT is what the result is about: one folder per distinct input file, `STEM-HASH` where HASH is the first 10 hex
+  digits of the SHA-256 of the file's absolute path, so `a/x.jpg` and `b/x.jpg` never collide and a re-run finds the
+  same folder; an image set is `set-HASH` (of the sorted absolute paths); results about the model alone go in `model`.
+- RESULT is the experiment's kind followed by the settings that made it, e.g. `attention-b4-h1-q74`,
+  `occlusion-patches-s16-st16-gray-ttop1`: two runs with different settings never overwrite each other, and the same
+  command run twice replaces exactly its own files.
+
+Every name derived from user input is sanitized: ASCII letters, digits, `.`, `_` and `-` only, no leading dot,
+no separators or control characters, at most 80 characters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_LONGEST = 80
+MODEL_SUBJECT = "model"
+
+
+def safe_name(text: str, fallback: str = "unnamed") -> str:
+    """A file-name component made from arbitrary text: never empty, never hidden, never a path."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    cleaned = _UNSAFE.sub("_", ascii_text).lstrip(".")
+    cleaned = cleaned.strip("_") or fallback
+    return cleaned[:_LONGEST]
+
+
+def path_hash(path: Path, digits: int = 10) -> str:
+    return hashlib.sha256(str(path.absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:digits]
+
+
+def image_subject(path: Path) -> str:
+    """The folder of one input file: its sanitized stem and a hash of its absolute path."""
+    return f"{safe_name(path.stem, 'image')}-{path_hash(path)}"
+
+
+def set_subject(paths: Iterable[Path]) -> str:
+    """The folder of a result about several images together (order does not matter)."""
+    joined = "\n".join(sorted(str(path.absolute()) for path in paths))
+    return f"set-{hashlib.sha256(joined.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
+
+
+def model_folder(
+    model_name: str, random: bool, seed: int, checkpoint: Path | None, checkpoint_sha256: str | None
+) -> str:
+    """The folder naming the network and where its weights came from."""
+    name = safe_name(model_name, "model")
+    if random:
+        return f"{name}-random-s{seed}"
+    if checkpoint is not None:
+        return f"{name}-ckpt-{safe_name(checkpoint.stem, 'checkpoint')}-{(checkpoint_sha256 or '')[:8]}"
+    return name
+
+
+def setting(prefix: str, value: Any) -> str | None:
+    """One setting as a name part: ('b', 4) -> 'b4'; None is left out; text is sanitized."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return prefix if value else None
+    if isinstance(value, float):
+        value = f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        value = "_".join(str(item) for item in value)
+    return f"{prefix}{safe_name(str(value), '')}"
+
+
+def result_name(kind: str, *parts: str | None) -> str:
+    """`kind-part-part...`, skipping absent parts: the stem of every file of one result."""
+    return "-".join([kind, *(part for part in parts if part)])

@@ -1,0 +1,171 @@
+"""The options every command shares (model, output, run control), declared once for Typer and for `vitcli run`."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vitcli.spec import DEFAULT_MODEL
+
+
+class Weights(str, Enum):
+    pretrained = "pretrained"
+    random = "random"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    mps = "mps"
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"
+    csv = "csv"
+
+
+# The image argument of every command that reads images.
+ImagesArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="IMAGE", help="Image files, folders or globs (default: a sample photo).", show_default=False
+    ),
+]
+
+MODEL_PANEL = "Model options"
+OUTPUT_PANEL = "Output options"
+RUN_PANEL = "Run options"
+
+
+def _option(*names: str, panel: str, **settings: Any) -> Any:
+    return typer.Option(*names, rich_help_panel=panel, **settings)
+
+
+# (name, annotation, default) of every shared option, in the order --help lists them.
+SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
+    ("model", Annotated[str, _option("--model", "-m", help="timm ViT name.", panel=MODEL_PANEL)], DEFAULT_MODEL),
+    (
+        "checkpoint",
+        Annotated[
+            Path | None,
+            _option("--checkpoint", help="Local weights: .safetensors, or a .pth/.pt state dict.", panel=MODEL_PANEL),
+        ],
+        None,
+    ),
+    (
+        "labels",
+        Annotated[
+            Path | None,
+            _option(
+                "--labels",
+                help="Class names, one per line (default: CHECKPOINT.labels.txt or labels.txt beside the checkpoint, "
+                "else ImageNet's).",
+                panel=MODEL_PANEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    (
+        "weights",
+        Annotated[
+            Weights,
+            _option(
+                "--weights",
+                help="pretrained: timm's weights (HF cache or hub); random: untrained, seeded.",
+                panel=MODEL_PANEL,
+            ),
+        ],
+        Weights.pretrained,
+    ),
+    (
+        "seed",
+        Annotated[
+            int | None,
+            _option("--seed", help="Seed for --weights random [default: 0].", panel=MODEL_PANEL, show_default=False),
+        ],
+        None,
+    ),
+    ("device", Annotated[Device, _option("--device", help="Where the model runs.", panel=MODEL_PANEL)], Device.auto),
+    (
+        "batch_size",
+        Annotated[
+            int | None,
+            _option(
+                "--batch-size",
+                min=1,
+                help="Images per forward pass (default: 8 on a CPU, 64 on a GPU).",
+                show_default=False,
+                panel=MODEL_PANEL,
+            ),
+        ],
+        None,
+    ),
+    (
+        "output_dir",
+        Annotated[
+            Path | None,
+            _option(
+                "--output-dir",
+                "-o",
+                help="Folder for files: DIR/MODEL/IMAGE-HASH/RESULT.* [default: outputs].",
+                panel=OUTPUT_PANEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    (
+        "format",
+        Annotated[
+            Format,
+            _option(
+                "--format",
+                "-f",
+                help="What stdout carries; jsonl and csv stream one result at a time.",
+                panel=OUTPUT_PANEL,
+            ),
+        ],
+        Format.table,
+    ),
+    (
+        "quiet",
+        Annotated[
+            bool,
+            _option(
+                "--quiet",
+                "-q",
+                help="No table, messages or library warnings; files are still written.",
+                panel=OUTPUT_PANEL,
+            ),
+        ],
+        False,
+    ),
+    ("debug", Annotated[bool, _option("--debug", help="Show tracebacks on errors.", panel=OUTPUT_PANEL)], False),
+    (
+        "fail_fast",
+        Annotated[bool, _option("--fail-fast", help="Stop at the first image that fails.", panel=RUN_PANEL)],
+        False,
+    ),
+    (
+        "shard",
+        Annotated[
+            str | None,
+            _option(
+                "--shard",
+                metavar="K/N",
+                help="Take the K-th of N shares of the sorted images (1 <= K <= N).",
+                panel=RUN_PANEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+]
+SHARED_NAMES = [name for name, _, _ in SHARED_OPTIONS]

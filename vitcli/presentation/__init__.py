@@ -1,0 +1,1 @@
+"""Presentation: tables, CSV rows, JSON documents, figures and summaries built from experiment results."""

@@ -1,0 +1,241 @@
+"""Running jobs over images: one code path for one image and for a folder of thousands.
+
+Images are decoded and preprocessed once, in chunks of the model's batch size; the chunk's clean forward runs once,
+batched, and every job shares it. Each (image, job) result is presented, published through the output store and
+printed as soon as it is ready. A bad image, or a job failing on one image, is reported on stderr (and in JSON
+output) and the run goes on; `fail_fast` stops at the first failure instead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitcli.errors import VitcliError
+from vitcli.jobs import ImageWork, Job, Presentation, Steps
+from vitcli.naming import image_subject
+from vitcli.output import Emitter, Messages, csv_text, json_text
+from vitcli.store import OutputStore, ResultFiles
+
+if TYPE_CHECKING:
+    from vitcli.model import VitModel
+
+
+@dataclass
+class Published:
+    """One result written: what a batch run's manifest and summary are made of."""
+
+    subject: str  # the subject folder name
+    image: dict[str, Any] | None  # the image's path, SHA-256, size (None for results about the model alone)
+    job: Job
+    files: list[Path]
+    seconds: float
+    summary: dict[str, Any]
+
+
+@dataclass
+class Failure:
+    subject: str  # the image path (or argument) that failed
+    job: str | None  # the result name, or None when the image itself could not be read
+    message: str
+
+
+@dataclass
+class Report:
+    images: int = 0
+    published: list[Published] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (subject, result name) already complete
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def failed_images(self) -> int:
+        return len({failure.subject for failure in self.failures})
+
+    def counts(self) -> str:
+        done = self.images - self.failed_images
+        text = f"{done} of {self.images} image{'s' if self.images != 1 else ''} done"
+        return text + (f", {self.failed_images} failed" if self.failures else "")
+
+
+class Publisher:
+    """Turns a computed result into files (through the store) and stdout output (through the emitter)."""
+
+    def __init__(self, store: OutputStore, model_folder: str, emitter: Emitter, messages: Messages, provenance: dict):
+        self.store = store
+        self.model_folder = model_folder
+        self.emitter = emitter
+        self.messages = messages
+        self.provenance = provenance
+
+    def folder(self, subject: str) -> Path:
+        return self.store.folder(self.model_folder, subject)
+
+    def publish(
+        self, subject: str, subject_json: dict[str, Any] | None, job: Job, result: Any
+    ) -> tuple[list[Path], Presentation]:
+        presentation = job.present(result)
+        document = {
+            "provenance": self.provenance,
+            "subject": subject_json,
+            "experiment": {"command": job.command, "name": job.name(), "settings": job.settings()},
+            "result": presentation.document,
+        }
+        rows = csv_rows(presentation.rows, subject_json, self.provenance, job.name())
+        files: dict[str, Any] = {
+            "json": _text_writer(json_text(document) + "\n"),
+            "csv": _text_writer(csv_text(rows)),
+        }
+        if presentation.figure is not None:
+            files["png"] = _figure_writer(presentation.figure)
+        for suffix, text in presentation.extra_files.items():
+            files[suffix] = _text_writer(text)
+        record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
+        paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record))
+        self.messages.info("wrote " + ", ".join(str(path) for path in paths))
+        self.emitter.result(document, presentation.table, rows)
+        return paths, presentation
+
+
+def csv_rows(rows: Sequence[dict[str, Any]], subject: dict[str, Any] | None, provenance: dict, name: str) -> list[dict]:
+    """Every CSV row starts with the image and the model, so rows of many runs can be concatenated."""
+    prefix = {
+        "image": (subject or {}).get("path", ""),
+        "image_sha256": (subject or {}).get("sha256", ""),
+        "model": provenance.get("model", ""),
+        "weights": provenance.get("weights_label", ""),
+        "result": name,
+    }
+    return [{**prefix, **row} for row in rows]
+
+
+class Runner:
+    def __init__(self, model: VitModel, publisher: Publisher, fail_fast: bool, skip_complete: bool = False):
+        self.model = model
+        self.publisher = publisher
+        self.fail_fast = fail_fast
+        self.skip_complete = skip_complete
+        self.on_published: Callable[[Published], None] = lambda _published: None
+
+    def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
+        steps = _ProgressSteps(progress)
+        report.images += len(paths)
+        overall = progress.add_task("images", total=len(paths) * len(jobs)) if progress is not None else None
+        for start in range(0, len(paths), self.model.batch_size):
+            chunk = paths[start : start + self.model.batch_size]
+            works = self._prepare(chunk, report, steps)
+            self._share_clean_forward(works, jobs)
+            for path, work in works:
+                subject = image_subject(path)
+                for job in jobs:
+                    if self.skip_complete and self.publisher.store.is_complete(
+                        self.publisher.folder(subject), job.name()
+                    ):
+                        report.skipped.append((subject, job.name()))
+                    else:
+                        self._run_one(job, work, subject, report)
+                    if progress is not None:
+                        progress.advance(overall)
+        return report
+
+    def _prepare(self, chunk: Sequence[Path], report: Report, steps: Steps) -> list[tuple[Path, ImageWork]]:
+        works = []
+        for path in chunk:
+            try:
+                works.append((path, ImageWork(self.model, self.model.prepare(path), steps)))
+            except VitcliError as error:
+                self._fail(report, Failure(str(path), None, str(error)))
+        return works
+
+    def _share_clean_forward(self, works: list[tuple[Path, ImageWork]], jobs: Sequence[Job]) -> None:
+        """One batched forward for the chunk's clean images, which every class-reading job reuses."""
+        if not works or not any(job.needs_classes for job in jobs):
+            return
+        import torch
+
+        logits = self.model.logits(torch.stack([work.image.input for _, work in works]))
+        for (_, work), row in zip(works, logits, strict=True):
+            work.clean = row
+
+    def _run_one(self, job: Job, work: ImageWork, subject: str, report: Report) -> None:
+        started = time.perf_counter()
+        try:
+            result = job.compute(work)
+            paths, presentation = self.publisher.publish(subject, work.image.source.to_json(), job, result)
+        except VitcliError as error:
+            self._fail(report, Failure(str(work.image.source.path), job.name(), str(error)))
+            return
+        published = Published(
+            subject, work.image.source.to_json(), job, paths, time.perf_counter() - started, presentation.summary
+        )
+        report.published.append(published)
+        self.on_published(published)
+
+    def _fail(self, report: Report, failure: Failure) -> None:
+        report.failures.append(failure)
+        if self.fail_fast:
+            raise VitcliError(f"{failure.subject}: {failure.message} (stopped by --fail-fast)")
+        self.publisher.messages.error(f"{failure.subject}: {failure.message}")
+        self.publisher.emitter.failure(failure.subject, failure.message)
+
+
+class _ProgressSteps(Steps):
+    """A job's inner steps as a transient bar under the overall one."""
+
+    def __init__(self, progress: Any):
+        self.progress = progress
+        self.task = None
+
+    def start(self, total: int, description: str) -> None:
+        if self.progress is None:
+            return
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        self.task = self.progress.add_task(description, total=total)
+
+    def advance(self, count: int = 1) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task, count)
+
+
+@contextmanager
+def progress_display(enabled: bool) -> Iterator[Any]:
+    """A rich progress display on stderr (images and steps done, time left), or None when disabled."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    ) as progress:
+        yield progress
+
+
+def _text_writer(text: str) -> Callable[[Any], None]:
+    data = text.encode("utf-8")
+    return lambda stream: stream.write(data)
+
+
+def _figure_writer(build: Callable[[], Any]) -> Callable[[Any], None]:
+    def write(stream: Any) -> None:
+        import matplotlib.pyplot as plt
+
+        figure = build()
+        try:
+            figure.savefig(stream, format="png", dpi=150, bbox_inches="tight")
+        finally:
+            plt.close(figure)
+
+    return write
