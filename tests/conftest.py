@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "images"
 RANDOM_CPU = ["--weights", "random", "--seed", "0", "--device", "cpu"]
 
 
@@ -42,10 +42,14 @@ def photo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def newfoundland() -> Path:
-    path = SHARED_DATA / "newfoundland_31.jpg"
-    if not path.is_file():
-        pytest.skip("../shared/data is not beside the project")
-    return path
+    """The lecture's dog photo, shipped in examples/images."""
+    return EXAMPLES / "newfoundland_31.jpg"
+
+
+@pytest.fixture(scope="session")
+def persian() -> Path:
+    """The lecture's cat photo, shipped in examples/images."""
+    return EXAMPLES / "Persian_98.jpg"
 
 
 @pytest.fixture
