@@ -61,6 +61,8 @@ class CommandContext:
     quiet: bool
     fail_fast: bool = False
     shard: Shard | None = None
+    explicit_options: dict[str, Any] = field(default_factory=dict)  # shared options typed on the command line
+    option_values: dict[str, Any] = field(default_factory=dict)  # every shared option's value, defaults included
     messages: Messages = field(init=False)
     emitter: Emitter = field(init=False)
 

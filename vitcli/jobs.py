@@ -62,6 +62,7 @@ class Job(ABC):
 
     command: ClassVar[str]  # the CLI command (and `vitcli run` experiment) that makes this job
     needs_classes: ClassVar[bool] = True  # refused on a model without a classifier head
+    scope: ClassVar[str] = "image"  # "image": computed per image; "model": once per run, about the model alone
 
     @abstractmethod
     def name(self) -> str:
@@ -74,9 +75,13 @@ class Job(ABC):
     def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
         """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
 
-    @abstractmethod
     def compute(self, work: ImageWork) -> Any:
-        """The typed result for one image."""
+        """The typed result for one image (jobs of scope "image")."""
+        raise NotImplementedError(f"{self.command} computes once per run, not per image")
+
+    def compute_once(self, model: VitModel) -> Any:
+        """The typed result about the model alone (jobs of scope "model"), for `vitcli run`."""
+        raise NotImplementedError(f"{self.command} computes per image")
 
     @abstractmethod
     def present(self, result: Any) -> Presentation:

@@ -54,18 +54,27 @@ class Emitter:
         self._documents: list[dict[str, Any]] = []
         self._failures: list[dict[str, str]] = []
         self._csv_columns: list[str] | None = None
+        self.tidy_csv = False  # one stream of several experiments: CSV rows are (image, ..., key, value)
+        self.show_tables = True  # a batch run prints one summary table at the end instead of every result's
         self._console = None
 
     def result(self, document: dict[str, Any], table: Any, rows: Sequence[dict[str, Any]]) -> None:
+        """Print one result: `rows` are its CSV rows; with `tidy_csv` (mixed experiments in one stream, as in
+        `vitcli run`) they are already (image, model, result, key, value) rows."""
         if self.format == "json":
             self._documents.append(document)
         elif self.format == "jsonl":
             _write_line(json_text(document, indent=None))
         elif self.format == "csv":
             self._csv(rows)
-        elif not self.quiet:
+        elif self.show_tables and not self.quiet:
             self.console().print(table)
             sys.stdout.flush()
+
+    def table(self, table: Any) -> None:
+        """A closing table (a batch run's summary) in table format."""
+        if self.format == "table" and not self.quiet:
+            self.console().print(table)
 
     def failure(self, subject: str, message: str) -> None:
         """A failed image: in JSON documents too, so scripts see it, not only people reading stderr."""

@@ -70,6 +70,7 @@ class Publisher:
         self.emitter = emitter
         self.messages = messages
         self.provenance = provenance
+        self.announce_files = True  # one "wrote ..." line per result; a batch run reports its manifest instead
 
     def folder(self, subject: str) -> Path:
         return self.store.folder(self.model_folder, subject)
@@ -95,7 +96,11 @@ class Publisher:
             files[suffix] = _text_writer(text)
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
         paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record))
-        self.messages.info("wrote " + ", ".join(str(path) for path in paths))
+        if self.announce_files:
+            self.messages.info("wrote " + ", ".join(str(path) for path in paths))
+        if self.emitter.tidy_csv:
+            (prefix,) = csv_rows([{}], subject_json, self.provenance, job.name())
+            rows = [{**prefix, "key": key, "value": value} for key, value in presentation.summary.items()]
         self.emitter.result(document, presentation.table, rows)
         return paths, presentation
 
@@ -113,32 +118,40 @@ def csv_rows(rows: Sequence[dict[str, Any]], subject: dict[str, Any] | None, pro
 
 
 class Runner:
-    def __init__(self, model: VitModel, publisher: Publisher, fail_fast: bool, skip_complete: bool = False):
+    def __init__(
+        self,
+        model: VitModel,
+        publisher: Publisher,
+        fail_fast: bool,
+        skip: Callable[[str, str], bool] | None = None,
+    ):
         self.model = model
         self.publisher = publisher
         self.fail_fast = fail_fast
-        self.skip_complete = skip_complete
+        self.skip = skip  # (subject, result name) -> whether that result is already complete (resumed runs)
         self.on_published: Callable[[Published], None] = lambda _published: None
+        self.on_chunk_done: Callable[[], None] = lambda: None
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
         steps = _ProgressSteps(progress)
         report.images += len(paths)
-        overall = progress.add_task("images", total=len(paths) * len(jobs)) if progress is not None else None
+        overall = progress.add_task("images x experiments", total=len(paths) * len(jobs)) if progress else None
         for start in range(0, len(paths), self.model.batch_size):
-            chunk = paths[start : start + self.model.batch_size]
-            works = self._prepare(chunk, report, steps)
+            todo: dict[Path, list[Job]] = {}
+            for path in paths[start : start + self.model.batch_size]:
+                subject = image_subject(path)
+                todo[path] = [job for job in jobs if self.skip is None or not self.skip(subject, job.name())]
+                report.skipped.extend((subject, job.name()) for job in jobs if job not in todo[path])
+                if progress is not None:
+                    progress.advance(overall, len(jobs) - len(todo[path]))
+            works = self._prepare([path for path, pending in todo.items() if pending], report, steps)
             self._share_clean_forward(works, jobs)
             for path, work in works:
-                subject = image_subject(path)
-                for job in jobs:
-                    if self.skip_complete and self.publisher.store.is_complete(
-                        self.publisher.folder(subject), job.name()
-                    ):
-                        report.skipped.append((subject, job.name()))
-                    else:
-                        self._run_one(job, work, subject, report)
+                for job in todo[path]:
+                    self._run_one(job, work, image_subject(path), report)
                     if progress is not None:
                         progress.advance(overall)
+            self.on_chunk_done()
         return report
 
     def _prepare(self, chunk: Sequence[Path], report: Report, steps: Steps) -> list[tuple[Path, ImageWork]]:
@@ -147,7 +160,7 @@ class Runner:
             try:
                 works.append((path, ImageWork(self.model, self.model.prepare(path), steps)))
             except VitcliError as error:
-                self._fail(report, Failure(str(path), None, str(error)))
+                self.fail(report, Failure(str(path), None, str(error)))
         return works
 
     def _share_clean_forward(self, works: list[tuple[Path, ImageWork]], jobs: Sequence[Job]) -> None:
@@ -166,7 +179,7 @@ class Runner:
             result = job.compute(work)
             paths, presentation = self.publisher.publish(subject, work.image.source.to_json(), job, result)
         except VitcliError as error:
-            self._fail(report, Failure(str(work.image.source.path), job.name(), str(error)))
+            self.fail(report, Failure(str(work.image.source.path), job.name(), str(error)))
             return
         published = Published(
             subject, work.image.source.to_json(), job, paths, time.perf_counter() - started, presentation.summary
@@ -174,7 +187,7 @@ class Runner:
         report.published.append(published)
         self.on_published(published)
 
-    def _fail(self, report: Report, failure: Failure) -> None:
+    def fail(self, report: Report, failure: Failure) -> None:
         report.failures.append(failure)
         if self.fail_fast:
             raise VitcliError(f"{failure.subject}: {failure.message} (stopped by --fail-fast)")

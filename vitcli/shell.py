@@ -84,6 +84,8 @@ def vitcli_command(
             shared_values = {option: arguments.pop(option) for option in SHARED_NAMES}
             with errors_for_people(shared_values["debug"]):
                 context = build_context(name, **shared_values)
+                context.explicit_options = _given_on_the_command_line(shared_values)
+                context.option_values = shared_values
                 function(context, **arguments)
 
         command.__signature__ = signature.replace(parameters=own + shared)  # type: ignore[attr-defined]
@@ -171,6 +173,20 @@ def build_context(
         fail_fast=fail_fast,
         shard=Shard.parse(shard) if shard is not None else None,
     )
+
+
+def _given_on_the_command_line(values: dict[str, Any]) -> dict[str, Any]:
+    """The shared options the user typed (not defaults): `vitcli run` lets exactly these override its config."""
+    import click
+
+    source = click.get_current_context(silent=True)
+    if source is None:
+        return {}
+    return {
+        name: value
+        for name, value in values.items()
+        if source.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    }
 
 
 def _fail(message: str, exit_code: int) -> None:

@@ -103,7 +103,7 @@ class OutputStore:
                 index["results"][result.name] = {
                     **result.record,
                     "files": hashes,
-                    "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 }
                 _write_index(folder, index)
         except OSError as error:

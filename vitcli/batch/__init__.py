@@ -1,0 +1,1 @@
+"""Batch experiments: `vitcli run` configs, their manifests and summaries, merging shards."""

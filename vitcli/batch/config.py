@@ -1,0 +1,248 @@
+"""A `vitcli run` config: TOML read with tomllib, every key checked before the model loads.
+
+    name = "lecture"                      # the run's folder under the output dir (default: the file's stem)
+    images = ["../examples/images"]       # files, folders, globs; relative to the config file
+    target = "Newfoundland"               # optional: every experiment with a --target option follows it
+    [model]                               # the shared model options: name, checkpoint, labels, weights, seed,
+    name = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"   # device, batch-size (paths relative to the config)
+    [output]
+    dir = "outputs"
+    [[experiments]]                       # one table per experiment: `command` and that command's own options,
+    command = "attend"                    # spelled as on the command line (`top-k` or `top_k`)
+    block = 4
+
+Experiment options are converted by the same click parameters as the command line, so a value the command would
+refuse is refused here, with its key path: "experiments[2].block: ...". Experiments count from 0.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import inspect
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitcli.errors import UsageError
+from vitcli.jobs import JOB_BUILDERS, Job
+from vitcli.options import SHARED_NAMES
+
+TOP_LEVEL_KEYS = ("name", "images", "target", "model", "output", "experiments")
+MODEL_KEYS = {
+    "name": "model",
+    "checkpoint": "checkpoint",
+    "labels": "labels",
+    "weights": "weights",
+    "seed": "seed",
+    "device": "device",
+    "batch_size": "batch_size",
+}
+_OWNER_CONTEXT: dict[int, Any] = {}  # parameter -> a context of its command, which conversion needs
+_OPTION_IN_MESSAGE = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+@dataclass
+class Experiment:
+    index: int
+    command: str
+    options: dict[str, Any]  # the command's own options after conversion (Python names)
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return f"experiments[{self.index}]"
+
+
+@dataclass
+class RunConfig:
+    path: Path
+    name: str
+    images: list[str]  # absolute, resolved against the config's folder
+    model_options: dict[str, Any]  # shared option names -> values, as the command line would give them
+    output_dir: str | None
+    target: str | None
+    experiments: list[Experiment]
+    text: str  # the file as read, for the manifest
+
+    def as_run(self, overrides: dict[str, Any], images: list[str]) -> dict[str, Any]:
+        """The config after command-line overrides, as the manifest records it."""
+        return {
+            "path": str(self.path),
+            "name": self.name,
+            "images": images,
+            "target": self.target,
+            "model": {**_plain(self.model_options), **_plain(overrides)},
+            "experiments": [{"command": item.command, **_plain(item.options)} for item in self.experiments],
+        }
+
+    def identity(self, model_identity: dict[str, Any]) -> str:
+        """What makes two runs mergeable: the same experiments on the same model and weights."""
+        experiments = [{"command": item.command, **_plain(item.options)} for item in self.experiments]
+        text = json.dumps({"experiments": experiments, "model": model_identity}, sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def load_config(path: Path) -> RunConfig:
+    if not path.is_file():
+        raise UsageError(f"config {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"config {path} is not valid TOML: {error}") from error
+    _known(data, TOP_LEVEL_KEYS, "")
+    base = path.resolve().parent
+    images = data.get("images", [])
+    if isinstance(images, str):
+        images = [images]
+    if not isinstance(images, list) or not all(isinstance(item, str) for item in images):
+        raise UsageError("images: must be a list of paths, folders or globs (strings)")
+    model = _table(data, "model")
+    _known(model, tuple(MODEL_KEYS), "model.", normalize=True)
+    model_options = {MODEL_KEYS[_python_name(key)]: value for key, value in model.items()}
+    for key in ("checkpoint", "labels"):
+        if key in model_options:
+            model_options[key] = str(base / _string(model_options[key], f"model.{key}"))
+    shared = _click_parameters("run")
+    model_options = {key: _convert(shared[key], value, f"model.{key}") for key, value in model_options.items()}
+    output = _table(data, "output")
+    _known(output, ("dir",), "output.")
+    target = data.get("target")
+    if target is not None and not isinstance(target, (str, int)):
+        raise UsageError("target: must be a class index or a label (a number or a string)")
+    experiments_data = data.get("experiments")
+    if not isinstance(experiments_data, list) or not experiments_data:
+        raise UsageError("experiments: the config declares no [[experiments]] tables")
+    experiments = [
+        _experiment(index, table, None if target is None else str(target))
+        for index, table in enumerate(experiments_data)
+    ]
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError("name: must be a non-empty string")
+    return RunConfig(
+        path=path,
+        name=name,
+        images=[str(base / image) if not Path(image).is_absolute() else image for image in images],
+        model_options=model_options,
+        output_dir=None if "dir" not in output else str(base / _string(output["dir"], "output.dir")),
+        target=None if target is None else str(target),
+        experiments=experiments,
+        text=text,
+    )
+
+
+def _experiment(index: int, table: Any, target: str | None) -> Experiment:
+    where = f"experiments[{index}]"
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: must be a table with a `command` key")
+    command = table.get("command")
+    if command not in JOB_BUILDERS:
+        known = ", ".join(sorted(JOB_BUILDERS))
+        raise UsageError(f"{where}.command: {command!r} is not an experiment vitcli can run (known: {known})")
+    builder = JOB_BUILDERS[command]
+    accepted = inspect.signature(builder).parameters
+    parameters = _click_parameters(command)
+    options: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "command":
+            continue
+        name = _python_name(key)
+        if name in SHARED_NAMES:
+            raise UsageError(
+                f"{where}.{key}: model and output options belong in [model] and [output], not in an experiment"
+            )
+        if name not in accepted or name not in parameters:
+            known = ", ".join(sorted(option.replace("_", "-") for option in accepted))
+            raise UsageError(f"{where}.{key}: `{command}` has no such option (its options: {known})")
+        options[name] = _convert(parameters[name], value, f"{where}.{key}")
+    if target is not None and "target" in accepted and "target" not in options:
+        options["target"] = target
+    experiment = Experiment(index, command, options)
+    try:
+        experiment.jobs = builder(**options)
+    except UsageError as error:
+        raise UsageError(located(where, str(error))) from error
+    return experiment
+
+
+def located(where: str, message: str) -> str:
+    """A command's usage message with the config key it came from: `experiments[2].block: --block 13 ...`."""
+    option = _OPTION_IN_MESSAGE.search(message)
+    return f"{where}.{_python_name(option.group(1)).replace('_', '-')}: {message}" if option else f"{where}: {message}"
+
+
+def _click_parameters(command: str) -> dict[str, Any]:
+    """The command's parameters as Typer built them for the command line."""
+    import typer.main
+
+    from vitcli.shell import app
+
+    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    context = click_command.context_class(click_command)
+    for parameter in click_command.params:
+        _OWNER_CONTEXT[id(parameter)] = context
+    return {parameter.name: parameter for parameter in click_command.params}
+
+
+def _convert(parameter: Any, value: Any, where: str) -> Any:
+    """A TOML value through the option's own command-line conversion: the same types, ranges and choices."""
+    if isinstance(value, (dict, datetime.date, datetime.time)):
+        raise UsageError(f"{where}: {value!r} is not a value this option takes")
+    if getattr(parameter, "is_flag", False) and not isinstance(value, bool):
+        raise UsageError(f"{where}: {value!r} is not true or false")
+    if not getattr(parameter, "is_flag", False) and isinstance(value, bool):
+        raise UsageError(f"{where}: {value!r} is not a value this option takes (true/false is for flags)")
+    if isinstance(value, float) and value.is_integer() is False and "int" in str(parameter.type_descriptor.annotation):
+        raise UsageError(f"{where}: {value!r} is not an integer")
+    if parameter.multiple and not isinstance(value, list):
+        value = [value]
+    if isinstance(value, list):
+        value = [str(item) if isinstance(item, (int, float)) else item for item in value]
+    owner = _OWNER_CONTEXT.get(id(parameter))
+    try:
+        converted = parameter.process_value(owner, value)
+    except Exception as error:  # the command line's own BadParameter, whichever click Typer bundles
+        message = error.format_message() if hasattr(error, "format_message") else str(error)
+        raise UsageError(f"{where}: {message}") from error
+    return list(converted) if isinstance(converted, tuple) else converted
+
+
+def _known(table: dict[str, Any], keys: tuple[str, ...], prefix: str, normalize: bool = False) -> None:
+    for key in table:
+        name = _python_name(key) if normalize else key
+        if name not in keys:
+            raise UsageError(f"{prefix}{key}: unknown key (known: {', '.join(keys)})")
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise UsageError(f"{key}: must be a table ([{key}])")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"{where}: must be a string")
+    return value
+
+
+def _python_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _plain(options: dict[str, Any]) -> dict[str, Any]:
+    """Option values as JSON: enums by value, paths as text."""
+    plain = {}
+    for key, value in options.items():
+        if hasattr(value, "value"):
+            value = value.value
+        elif isinstance(value, Path):
+            value = str(value)
+        plain[key.replace("_", "-")] = value
+    return plain
