@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitcli import interrupts
 from vitcli.errors import VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, Steps
 from vitcli.naming import image_subject
@@ -175,17 +176,17 @@ class Runner:
 
     def _run_one(self, job: Job, work: ImageWork, subject: str, report: Report) -> None:
         started = time.perf_counter()
+        source = work.image.source.to_json()
         try:
             result = job.compute(work)
-            paths, presentation = self.publisher.publish(subject, work.image.source.to_json(), job, result)
+            # Published files, the printed result and the run's record of it go together, even on SIGTERM.
+            with interrupts.deferred():
+                paths, presentation = self.publisher.publish(subject, source, job, result)
+                published = Published(subject, source, job, paths, time.perf_counter() - started, presentation.summary)
+                report.published.append(published)
+                self.on_published(published)
         except VitcliError as error:
             self.fail(report, Failure(str(work.image.source.path), job.name(), str(error)))
-            return
-        published = Published(
-            subject, work.image.source.to_json(), job, paths, time.perf_counter() - started, presentation.summary
-        )
-        report.published.append(published)
-        self.on_published(published)
 
     def fail(self, report: Report, failure: Failure) -> None:
         report.failures.append(failure)

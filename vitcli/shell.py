@@ -39,6 +39,7 @@ app = typer.Typer(
 
 __all__ = ["CommandContext", "ImagesArgument", "app", "run", "vitcli_command"]
 
+_PARSE_CONTEXT = "parse_context"
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 EXIT_BROKEN_PIPE = 141
@@ -55,7 +56,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."
     ),
 ) -> None:
     """Follow one photograph through a Vision Transformer, with measured numbers.
@@ -78,13 +79,16 @@ def vitcli_command(
             inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
             for option, annotation, default in SHARED_OPTIONS
         ]
+        # Typer fills a parameter annotated typer.Context: it tells which options were typed, not defaulted.
+        shared.append(inspect.Parameter(_PARSE_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
 
         @functools.wraps(function)
         def command(**arguments: Any) -> None:
+            parse_context = arguments.pop(_PARSE_CONTEXT)
             shared_values = {option: arguments.pop(option) for option in SHARED_NAMES}
             with errors_for_people(shared_values["debug"]):
                 context = build_context(name, **shared_values)
-                context.explicit_options = _given_on_the_command_line(shared_values)
+                context.explicit_options = _given_on_the_command_line(parse_context, shared_values)
                 context.option_values = shared_values
                 function(context, **arguments)
 
@@ -139,7 +143,7 @@ def build_context(
     seed: int | None,
     device: Any,
     batch_size: int | None,
-    output_dir: Path | None,
+    output_dir: str | None,
     format: Any,
     quiet: bool,
     debug: bool,
@@ -175,17 +179,12 @@ def build_context(
     )
 
 
-def _given_on_the_command_line(values: dict[str, Any]) -> dict[str, Any]:
+def _given_on_the_command_line(parse_context: typer.Context, values: dict[str, Any]) -> dict[str, Any]:
     """The shared options the user typed (not defaults): `vitcli run` lets exactly these override its config."""
-    import click
-
-    source = click.get_current_context(silent=True)
-    if source is None:
-        return {}
     return {
         name: value
         for name, value in values.items()
-        if source.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        if getattr(parse_context.get_parameter_source(name), "name", None) == "COMMANDLINE"
     }
 
 
