@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitcli.errors import UsageError, VitcliError
+from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.jobs import Job
 from vitcli.naming import model_folder
 from vitcli.output import Emitter, Messages
@@ -168,6 +168,8 @@ class CommandContext:
         return report
 
     def finish(self, report: Report) -> None:
+        if report.failures and report.images == 1:
+            raise AlreadyReported("")
         if report.failures:
             raise VitcliError(report.counts())
         if report.images > 1:

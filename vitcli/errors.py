@@ -11,3 +11,7 @@ class UsageError(VitcliError):
     """An argument outside its valid range or form: exit 2, like a command-line parse error."""
 
     exit_code = 2
+
+
+class AlreadyReported(VitcliError):
+    """A failure whose line is already on stderr (one image of one failed): exit 1 without a second line."""

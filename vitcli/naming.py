@@ -6,8 +6,9 @@
   `vit_tiny_patch16_224.augreg_in21k_ft_in1k-random-s0`, `...-ckpt-probe-1a2b3c4d` (checkpoint stem and the first
   8 hex digits of its SHA-256). Results of different weights never share a folder.
 - SUBJECT is what the result is about: one folder per distinct input file, `STEM-HASH` where HASH is the first 10 hex
-  digits of the SHA-256 of the file's absolute path, so `a/x.jpg` and `b/x.jpg` never collide and a re-run finds the
-  same folder; an image set is `set-HASH` (of the sorted absolute paths); results about the model alone go in `model`.
+  digits of the SHA-256 of the file's resolved absolute path, so `a/x.jpg` and `b/x.jpg` never collide and a re-run
+  finds the same folder from any working directory; an image set is `set-HASH` (of the sorted resolved paths);
+  results about the model alone go in `model`.
 - RESULT is the experiment's kind followed by the settings that made it, e.g. `attention-b4-h1-q74`,
   `occlusion-patches-s16-st16-gray-ttop1`: two runs with different settings never overwrite each other, and the same
   command run twice replaces exactly its own files.
@@ -33,13 +34,19 @@ MODEL_SUBJECT = "model"
 def safe_name(text: str, fallback: str = "unnamed") -> str:
     """A file-name component made from arbitrary text: never empty, never hidden, never a path."""
     ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
-    cleaned = _UNSAFE.sub("_", ascii_text).lstrip(".")
-    cleaned = cleaned.strip("_") or fallback
+    # Dots and underscores together: stripping "_" after "." would turn "_.x" into the hidden ".x".
+    cleaned = _UNSAFE.sub("_", ascii_text).lstrip("._").rstrip("_") or fallback
     return cleaned[:_LONGEST]
 
 
+def _canonical(path: Path) -> str:
+    # resolve(), not absolute(): `../photos/x.jpg` from a sub-folder is the same file as `photos/x.jpg` from here,
+    # and must find the same folder on every run.
+    return str(path.resolve())
+
+
 def path_hash(path: Path, digits: int = 10) -> str:
-    return hashlib.sha256(str(path.absolute()).encode("utf-8", "surrogateescape")).hexdigest()[:digits]
+    return hashlib.sha256(_canonical(path).encode("utf-8", "surrogateescape")).hexdigest()[:digits]
 
 
 def image_subject(path: Path) -> str:
@@ -49,7 +56,7 @@ def image_subject(path: Path) -> str:
 
 def set_subject(paths: Iterable[Path]) -> str:
     """The folder of a result about several images together (order does not matter)."""
-    joined = "\n".join(sorted(str(path.absolute()) for path in paths))
+    joined = "\n".join(sorted(_canonical(path) for path in paths))
     return f"set-{hashlib.sha256(joined.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
 
 

@@ -47,6 +47,11 @@ def _option(*names: str, panel: str, **settings: Any) -> Any:
     return typer.Option(*names, rich_help_panel=panel, **settings)
 
 
+def _flag(*names: str, panel: str, help: str) -> Any:
+    """An on/off option: an empty metavar, or Typer's help shows `--quiet <bool>` as if it took a value."""
+    return _option(*names, panel=panel, help=help, metavar="")
+
+
 # (name, annotation, default) of every shared option, in the order --help lists them.
 SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
     ("model", Annotated[str, _option("--model", "-m", help="timm ViT name.", panel=MODEL_PANEL)], DEFAULT_MODEL),
@@ -88,7 +93,7 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
         "seed",
         Annotated[
             int | None,
-            _option("--seed", help="Seed for --weights random [default: 0].", panel=MODEL_PANEL, show_default=False),
+            _option("--seed", help="Seed for --weights random (default: 0).", panel=MODEL_PANEL, show_default=False),
         ],
         None,
     ),
@@ -108,13 +113,15 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
         None,
     ),
     (
+        # Text, not Path: Typer turns '' into Path('.'), and an empty --output-dir must be refused, not mean here.
         "output_dir",
         Annotated[
-            Path | None,
+            str | None,
             _option(
                 "--output-dir",
                 "-o",
-                help="Folder for files: DIR/MODEL/IMAGE-HASH/RESULT.* [default: outputs].",
+                metavar="DIR",
+                help="Folder for files: DIR/MODEL/IMAGE-HASH/RESULT.* (default: outputs).",
                 panel=OUTPUT_PANEL,
                 show_default=False,
             ),
@@ -138,7 +145,7 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
         "quiet",
         Annotated[
             bool,
-            _option(
+            _flag(
                 "--quiet",
                 "-q",
                 help="No table, messages or library warnings; files are still written.",
@@ -147,10 +154,10 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
         ],
         False,
     ),
-    ("debug", Annotated[bool, _option("--debug", help="Show tracebacks on errors.", panel=OUTPUT_PANEL)], False),
+    ("debug", Annotated[bool, _flag("--debug", help="Show tracebacks on errors.", panel=OUTPUT_PANEL)], False),
     (
         "fail_fast",
-        Annotated[bool, _option("--fail-fast", help="Stop at the first image that fails.", panel=RUN_PANEL)],
+        Annotated[bool, _flag("--fail-fast", help="Stop at the first image that fails.", panel=RUN_PANEL)],
         False,
     ),
     (

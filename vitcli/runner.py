@@ -20,7 +20,7 @@ from vitcli.errors import VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, Steps
 from vitcli.naming import image_subject
 from vitcli.output import Emitter, Messages, csv_text, json_text
-from vitcli.store import OutputStore, ResultFiles
+from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
     from vitcli.model import VitModel
@@ -34,7 +34,8 @@ class Published:
     image: dict[str, Any] | None  # the image's path, SHA-256, size (None for results about the model alone)
     job: Job
     files: list[Path]
-    seconds: float
+    compute_seconds: float  # the experiment itself: forwards and arithmetic
+    write_seconds: float  # presentation, figure and files
     summary: dict[str, Any]
 
 
@@ -145,7 +146,7 @@ class Runner:
                 report.skipped.extend((subject, job.name()) for job in jobs if job not in todo[path])
                 if progress is not None:
                     progress.advance(overall, len(jobs) - len(todo[path]))
-            works = self._prepare([path for path, pending in todo.items() if pending], report, steps)
+            works, unreadable = self._prepare([path for path, pending in todo.items() if pending], report, steps)
             self._share_clean_forward(works, jobs)
             for path, work in works:
                 for job in todo[path]:
@@ -153,16 +154,25 @@ class Runner:
                     if progress is not None:
                         progress.advance(overall)
             self.on_chunk_done()
+            if unreadable is not None:
+                self.fail(report, unreadable)  # --fail-fast: after the images before it, nothing after it
         return report
 
-    def _prepare(self, chunk: Sequence[Path], report: Report, steps: Steps) -> list[tuple[Path, ImageWork]]:
+    def _prepare(
+        self, chunk: Sequence[Path], report: Report, steps: Steps
+    ) -> tuple[list[tuple[Path, ImageWork]], Failure | None]:
+        """The chunk's images decoded and preprocessed; with --fail-fast, those before the first unreadable one and
+        that image's failure."""
         works = []
         for path in chunk:
             try:
                 works.append((path, ImageWork(self.model, self.model.prepare(path), steps)))
             except VitcliError as error:
-                self.fail(report, Failure(str(path), None, str(error)))
-        return works
+                failure = Failure(str(path), None, str(error))
+                if self.fail_fast:
+                    return works, failure
+                self.fail(report, failure)
+        return works, None
 
     def _share_clean_forward(self, works: list[tuple[Path, ImageWork]], jobs: Sequence[Job]) -> None:
         """One batched forward for the chunk's clean images, which every class-reading job reuses."""
@@ -179,20 +189,25 @@ class Runner:
         source = work.image.source.to_json()
         try:
             result = job.compute(work)
+            computed = time.perf_counter()
             # Published files, the printed result and the run's record of it go together, even on SIGTERM.
             with interrupts.deferred():
                 paths, presentation = self.publisher.publish(subject, source, job, result)
-                published = Published(subject, source, job, paths, time.perf_counter() - started, presentation.summary)
+                timing = (computed - started, time.perf_counter() - computed)
+                published = Published(subject, source, job, paths, *timing, presentation.summary)
                 report.published.append(published)
                 self.on_published(published)
+        except StoreError:
+            raise  # a full disk or a read-only folder fails every image after it too: stop with one line
         except VitcliError as error:
             self.fail(report, Failure(str(work.image.source.path), job.name(), str(error)))
 
     def fail(self, report: Report, failure: Failure) -> None:
         report.failures.append(failure)
+        line = failure.message if failure.subject in failure.message else f"{failure.subject}: {failure.message}"
         if self.fail_fast:
-            raise VitcliError(f"{failure.subject}: {failure.message} (stopped by --fail-fast)")
-        self.publisher.messages.error(f"{failure.subject}: {failure.message}")
+            raise VitcliError(f"{line} (stopped by --fail-fast)")
+        self.publisher.messages.error(line)
         self.publisher.emitter.failure(failure.subject, failure.message)
 
 

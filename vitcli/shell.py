@@ -22,7 +22,7 @@ import typer
 
 from vitcli import interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
-from vitcli.errors import UsageError, VitcliError
+from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
 from vitcli.spec import WeightsSpec
 from vitcli.store import check_output_dir
@@ -125,6 +125,8 @@ class errors_for_people:  # noqa: N801  (used as a `with` statement, reads like 
             _fail("interrupted", EXIT_INTERRUPTED)
         if isinstance(error, interrupts.Terminated):
             _fail("terminated", EXIT_TERMINATED)
+        if isinstance(error, AlreadyReported):
+            raise typer.Exit(error.exit_code)
         if isinstance(error, VitcliError):
             _fail(str(error), error.exit_code)
         if isinstance(error, MemoryError):

@@ -39,6 +39,11 @@ _LOCK = ".index.lock"
 Writer = Callable[[BinaryIO], None]
 
 
+class StoreError(VitcliError):
+    """Writing into the output folder failed (full disk, read-only folder): every later result would fail the same
+    way, so this ends the run instead of counting as one image's failure."""
+
+
 @dataclass
 class ResultFiles:
     """The files of one result, ready to be written: suffix -> a function that writes the bytes."""
@@ -49,9 +54,12 @@ class ResultFiles:
 
 
 def check_output_dir(value: Path | str | None, default: Path) -> Path:
-    """The output folder from --output-dir: refused before any work if empty, a file, or not writable."""
+    """The output folder from --output-dir, checked before any work. A value that cannot name a folder (empty, a
+    file, a path through a file) is a usage error (exit 2); a folder the file system refuses (permissions, read-only)
+    is a runtime error (exit 1), like any other file that cannot be written."""
     if value is None:
         return default
+    # The raw text: a Path would have turned '' into '.', the working directory.
     text = str(value)
     if not text.strip():
         raise UsageError("--output-dir is empty: give a folder name (default: outputs)")
@@ -60,10 +68,12 @@ def check_output_dir(value: Path | str | None, default: Path) -> Path:
         raise UsageError(f"--output-dir {path} is a file, not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        raise UsageError(f"--output-dir {path} cannot be a folder: a part of it is a file") from error
     except OSError as error:
-        raise UsageError(f"--output-dir {path} cannot be created: {error.strerror or error}") from error
+        raise StoreError(f"--output-dir {path} cannot be created: {_reason(error)}") from error
     if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--output-dir {path} is not writable")
+        raise StoreError(f"--output-dir {path} is not writable")
     return path
 
 
@@ -79,7 +89,7 @@ class OutputStore:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise VitcliError(f"cannot create output folder {folder}: {_reason(error)}") from error
+            raise StoreError(f"cannot create output folder {folder}: {_reason(error)}") from error
         _remove_orphaned_temporaries(folder)
         return folder
 
@@ -89,7 +99,9 @@ class OutputStore:
         try:
             for suffix, writer in result.files.items():
                 final = folder / f"{result.name}.{suffix}"
-                temporaries[final] = _write_temporary(final, writer)
+                # Known before it exists, so that a signal arriving as the write returns cannot orphan it.
+                temporaries[final] = _temporary_name(final)
+                _write_temporary(temporaries[final], writer)
             hashes = {final.name: _sha256(temporary) for final, temporary in temporaries.items()}
             with interrupts.deferred(), _locked(folder):
                 index = read_index(folder)
@@ -107,7 +119,7 @@ class OutputStore:
                 }
                 _write_index(folder, index)
         except OSError as error:
-            raise VitcliError(
+            raise StoreError(
                 f"cannot write {result.name} in {folder}: {_reason(error)}; earlier results there are untouched"
             ) from error
         finally:
@@ -140,15 +152,19 @@ def read_index(folder: Path) -> dict[str, Any]:
 
 def _write_index(folder: Path, index: dict[str, Any]) -> None:
     text = json.dumps(index, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
-    temporary = _write_temporary(folder / INDEX, lambda stream: stream.write(text.encode("utf-8")))
+    temporary = _temporary_name(folder / INDEX)
     try:
+        _write_temporary(temporary, lambda stream: stream.write(text.encode("utf-8")))
         os.replace(temporary, folder / INDEX)
     finally:
         temporary.unlink(missing_ok=True)
 
 
-def _write_temporary(final: Path, writer: Writer) -> Path:
-    temporary = final.with_name(f".{final.name}.p{os.getpid()}.{secrets.token_hex(4)}.tmp")
+def _temporary_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}.p{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _write_temporary(temporary: Path, writer: Writer) -> None:
     try:
         with open(temporary, "xb") as stream:
             writer(stream)
@@ -157,7 +173,6 @@ def _write_temporary(final: Path, writer: Writer) -> Path:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return temporary
 
 
 def _sha256(path: Path) -> str:

@@ -17,7 +17,7 @@ from vitcli.batch.manifest import Manifest, merge, read_manifests, stem, summary
 from vitcli.errors import UsageError, VitcliError
 from vitcli.naming import MODEL_SUBJECT, safe_name
 from vitcli.output import json_text
-from vitcli.store import OutputStore, ResultFiles
+from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
     from vitcli.context import CommandContext
@@ -73,10 +73,12 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
                 continue
             try:
                 paths_written, presentation = publisher.publish(MODEL_SUBJECT, None, job, job.compute_once(model))
+            except StoreError:
+                raise
             except VitcliError as error:
                 runner.fail(report, Failure("model", job.name(), str(error)))
                 continue
-            manifest.add(Published(MODEL_SUBJECT, None, job, paths_written, 0.0, presentation.summary), root)
+            manifest.add(Published(MODEL_SUBJECT, None, job, paths_written, 0.0, 0.0, presentation.summary), root)
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
     finally:

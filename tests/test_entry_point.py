@@ -1,0 +1,196 @@
+"""The `vitcli` program itself: help, completion, the installed entry point, and usage errors that come in one line
+with exit 2 before any weights load."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import RANDOM_CPU
+
+VITCLI = shutil.which("vitcli", path=str(Path(sys.executable).parent)) or "vitcli"
+MODEL = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+COMMANDS = ("predict", "patches", "attend", "occlude-patches", "occlude-quadrants", "compare-patch-size")
+BAD_INPUTS_MD = Path(__file__).with_name("BAD_INPUTS.md")
+
+
+def run_vitcli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONWARNINGS"}
+    return subprocess.run(
+        [VITCLI, *args], capture_output=True, text=True, cwd=cwd, env={**environment, **env}, timeout=300
+    )
+
+
+# ----- help and completion
+
+
+def test_help_is_fast_because_it_imports_no_torch():
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, vitcli.cli; print(sorted({'torch', 'timm', 'matplotlib'} & set(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "[]"
+    result = run_vitcli("--help")
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert command in result.stdout
+    assert "--install-completion" in result.stdout
+
+
+def test_bare_vitcli_shows_the_help():
+    result = run_vitcli()
+    assert result.returncode == 0 and result.stderr == ""
+    assert "Usage: vitcli" in result.stdout and "predict" in result.stdout
+
+
+def test_shell_completion_completes_command_names(tmp_path):
+    result = run_vitcli(cwd=tmp_path, _VITCLI_COMPLETE="complete_bash", COMP_WORDS="vitcli pre", COMP_CWORD="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["predict"]
+    options = run_vitcli(
+        cwd=tmp_path, _VITCLI_COMPLETE="complete_bash", COMP_WORDS="vitcli predict --top", COMP_CWORD="2"
+    )
+    assert options.stdout.split() == ["--top-k"]
+
+
+def test_command_help_ends_with_examples_and_shows_flags_as_flags(cli):
+    result = cli("predict", "--help")
+    assert result.exit_code == 0
+    lines = [line.strip(" │") for line in result.stdout.splitlines() if line.strip(" │")]
+    assert lines[-1].startswith("$ vitcli predict") and any(line == "Examples" for line in lines[-5:])
+    for flag in ("--quiet", "--debug", "--fail-fast"):
+        (line,) = [line for line in lines if line.split()[:1] == [flag]]
+        assert "<bool>" not in line, line
+    assert not re.search(r"random\s+\.", result.stdout), "rich markup swallowed a [default: ...] in a help text"
+
+
+# ----- usage errors: exit 2, one line, before the weights load
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["patches", "--patch", "P300"], "patch P300 does not exist: patches are P1..P196 or r0c0..r13c13"),
+        (["patches", "--patch", "r14c0"], "grid position r14c0 is outside the 14x14 grid"),
+        (["predict", "--top-k", "1001"], "--top-k must be between 1 and 1000 (the model's classes), not 1001"),
+        (["predict", "--top-k", "0"], "--top-k must be between 1 and 1000"),
+        (["predict", "--shard", "3/2"], "--shard 3/2: K must be between 1 and N (2)"),
+        (["predict", "--shard", "x"], "--shard 'x': write it as K/N"),
+        (["predict", "--shard", "0/4"], "K must be between 1 and N (4)"),
+    ],
+)
+def test_usage_errors_exit_2_in_one_line_before_the_model_loads(cli, photo, no_model_load, args, message):
+    command, *options = args
+    result = cli(command, photo, *RANDOM_CPU, *options)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert result.stdout == ""
+
+
+def test_contradicting_weight_sources_are_a_usage_error(cli, photo, workdir, no_model_load):
+    (workdir / "w.safetensors").write_bytes(b"")
+    result = cli("predict", photo, "--checkpoint", workdir / "w.safetensors", "--weights", "random")
+    assert result.exit_code == 2 and "contradict" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_debug_shows_the_traceback(cli, workdir):
+    (workdir / "notes.jpg").write_text("not a JPEG")
+    result = cli("predict", workdir / "notes.jpg", *RANDOM_CPU, "--fail-fast", "--debug")
+    assert result.exit_code == 1 and "Traceback" in result.stderr
+
+
+def test_asking_for_a_missing_gpu_is_an_error(cli, photo):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    result = cli("predict", photo, "--weights", "random", "--device", "cuda")
+    assert result.exit_code == 1 and "no CUDA GPU is available" in result.stderr
+
+
+# ----- the installed entry point, as a real subprocess
+
+
+def test_installed_entry_point_reports_parse_errors_in_one_line(tmp_path):
+    usage = run_vitcli("predict", "--top-k", "two", cwd=tmp_path)
+    assert usage.returncode == 2
+    assert usage.stderr.count("\n") == 1 and "Invalid value for '--top-k'" in usage.stderr
+
+
+@pytest.mark.slow
+def test_installed_entry_point_predicts(photo, tmp_path):
+    result = run_vitcli("predict", str(photo), *RANDOM_CPU, "--format", "json", "--top-k", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (document,) = json.loads(result.stdout)["results"]
+    assert len(document["result"]["top"]) == 2 and document["subject"]["path"] == str(photo)
+    assert list(tmp_path.glob(f"outputs/{MODEL}-random-s0/{photo.stem}-*/predict-k2.json"))
+
+
+def write_hf_cache(home: Path, state: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = home / "hub" / f"models--timm--{MODEL}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    save_file(state, snapshot / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_pretrained_weights_from_the_hugging_face_cache_are_named_as_such(vit, photo, tmp_path):
+    torch.manual_seed(123)
+    state = {name: torch.randn_like(tensor) * 0.02 for name, tensor in vit.net.state_dict().items()}
+    write_hf_cache(tmp_path / "hf", state)
+    result = run_vitcli(
+        "predict", str(photo), "--device", "cpu", "--format", "csv", cwd=tmp_path, HF_HOME=str(tmp_path / "hf")
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RANDOM" not in result.stdout
+    (json_file,) = tmp_path.glob(f"outputs/{MODEL}/{photo.stem}-*/predict-k5.json")
+    provenance = json.loads(json_file.read_text())["provenance"]
+    assert provenance["weights"]["source"] == "pretrained"
+    from vitcli.model import state_dict_sha256
+
+    assert provenance["parameters_sha256"] == state_dict_sha256(state)
+
+
+# ----- tests/BAD_INPUTS.md
+
+
+def test_the_cli_rows_of_bad_inputs_md_name_tests_that_exist():
+    """The CLI-level table (four columns: input, message, exit code, test) names a test function in this folder."""
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in BAD_INPUTS_MD.read_text(encoding="utf-8").splitlines()
+        if line.startswith("|")
+    ]
+    cli_rows = [row for row in rows if len(row) == 4 and row[2].isdigit()]
+    assert len(cli_rows) >= 10
+    for _, message, code, test in cli_rows:
+        module, function = re.fullmatch(r"`(test_\w+)\.py::(test_\w+)`", test).groups()
+        source = Path(__file__).with_name(f"{module}.py").read_text(encoding="utf-8")
+        assert f"def {function}(" in source, test
+        assert int(code) in (0, 1, 2, 141, 143), code
+        assert re.findall(r"`([^`]+)`", message) or message.startswith("nothing"), message

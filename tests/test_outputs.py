@@ -1,0 +1,499 @@
+"""Output integrity (issue 9): where results land, that they never overwrite each other, that nothing is written
+outside --output-dir, and that a kill, a full disk or a bad image costs nothing already written."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from vitcli import interrupts, store
+from vitcli.errors import VitcliError
+from vitcli.naming import image_subject, safe_name, set_subject
+from vitcli.store import INDEX, OutputStore, ResultFiles, read_index
+
+from conftest import RANDOM_CPU, result_files
+
+VITCLI = shutil.which("vitcli", path=str(Path(sys.executable).parent)) or "vitcli"
+MODEL_FOLDER = "vit_tiny_patch16_224.augreg_in21k_ft_in1k-random-s0"
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+BOOKKEEPING = {INDEX, ".index.lock"}
+
+
+def small_image(path: Path, seed: int = 0, size: tuple[int, int] = (64, 48)) -> Path:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Pillow takes the format from os.path.splitext, which finds no extension in names like `...jpg`.
+    Image.fromarray(pixels).save(path, format="PNG" if path.suffix == ".png" else "JPEG")
+    return path
+
+
+def subject_folders(root: Path) -> list[Path]:
+    return sorted(path for path in (root / MODEL_FOLDER).iterdir() if path.is_dir())
+
+
+def stamps(root: Path) -> dict[Path, tuple[int, int]]:
+    """Every result file under root with (inode, mtime): a replaced file gets a new inode."""
+    return {
+        path: (path.stat().st_ino, path.stat().st_mtime_ns)
+        for path in root.rglob("*")
+        if path.is_file() and path.name not in BOOKKEEPING
+    }
+
+
+def temporaries(root: Path) -> list[str]:
+    return [os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names if name.endswith(".tmp")]
+
+
+def indexed_results(folder: Path) -> dict[str, dict]:
+    return read_index(folder)["results"]
+
+
+def one_line(stderr: str) -> str:
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    return stderr.strip()
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Any weights loading fails the test: usage errors must come before it."""
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+
+
+# ----- names: settings in the file name, one folder per input file
+
+
+def test_different_settings_land_in_different_files(cli, photo, workdir):
+    runs = [
+        ("predict", "--top-k", "3"),
+        ("predict", "--top-k", "5"),
+        ("patches", "--patch", "63"),
+        ("patches", "-p", "74"),
+    ]
+    for command, *options in runs:
+        result = cli(command, photo, *RANDOM_CPU, *options, "-q")
+        assert result.exit_code == 0, result.stderr
+    (folder,) = subject_folders(workdir / "outputs")
+    documents = {name: json.loads((folder / f"{name}.json").read_text()) for name in indexed_results(folder)}
+    assert set(documents) == {"predict-k3", "predict-k5", "patches-p63-v8", "patches-p74-v8"}
+    assert len(documents["predict-k3"]["result"]["top"]) == 3 and len(documents["predict-k5"]["result"]["top"]) == 5
+    assert documents["patches-p63-v8"]["result"]["selected"][0]["patch"] == "P63"
+    assert documents["patches-p74-v8"]["result"]["selected"][0]["patch"] == "P74"
+    for name, document in documents.items():
+        assert document["experiment"]["name"] == name
+        assert OutputStore(workdir / "outputs").is_complete(folder, name)
+
+
+def test_same_stem_in_other_folders_gets_its_own_folder_the_same_on_every_run(cli, workdir, monkeypatch):
+    paths = [small_image(workdir / "a" / "x.jpg", 1), small_image(workdir / "b" / "x.jpg", 2)]
+    paths.append(small_image(workdir / "c" / "x-2.jpg", 3))
+    assert cli("predict", *[p.relative_to(workdir) for p in paths], *RANDOM_CPU, "-k", "1", "-q").exit_code == 0
+    folders = subject_folders(workdir / "outputs")
+    assert len(folders) == 3
+    by_image = {}
+    for folder in folders:
+        document = json.loads((folder / "predict-k1.json").read_text())
+        image = (workdir / document["subject"]["path"]).resolve()
+        assert document["subject"]["sha256"] == hashlib.sha256(image.read_bytes()).hexdigest()
+        by_image[image] = folder.name
+    assert set(by_image) == {path.resolve() for path in paths}
+    # Again, in another order, with absolute paths, and from a sub-folder through `..`: the same folders.
+    assert cli("predict", paths[2], paths[0], paths[1], *RANDOM_CPU, "-k", "1", "-q").exit_code == 0
+    (workdir / "sub").mkdir()
+    monkeypatch.chdir(workdir / "sub")
+    assert cli("predict", "../b/x.jpg", *RANDOM_CPU, "-k", "1", "-q", "-o", "../outputs").exit_code == 0
+    assert [folder.name for folder in subject_folders(workdir / "outputs")] == sorted(by_image.values())
+    assert image_subject(Path("../b/x.jpg")) == by_image[paths[1].resolve()]
+
+
+def test_rerunning_a_command_replaces_exactly_its_own_files(cli, photo, newfoundland, workdir):
+    for command, image, *options in [
+        ("predict", photo, "-k", "3"),
+        ("predict", photo, "-k", "5"),
+        ("patches", photo, "-p", "63"),
+        ("predict", newfoundland, "-k", "3"),
+    ]:
+        assert cli(command, image, *RANDOM_CPU, *options, "-q").exit_code == 0
+    root = workdir / "outputs"
+    before = stamps(root)
+    assert cli("predict", photo, *RANDOM_CPU, "-k", "3", "-q").exit_code == 0
+    after = stamps(root)
+    assert set(after) == set(before)
+    replaced = {path for path in after if after[path] != before[path]}
+    (folder,) = {path.parent for path in replaced}
+    assert {path.name for path in replaced} == {"predict-k3.json", "predict-k3.csv"}
+    assert json.loads((folder / "predict-k3.json").read_text())["subject"]["path"] == str(photo)
+    assert set(indexed_results(folder)) == {"predict-k3", "predict-k5", "patches-p63-v8"}
+    assert all(OutputStore(root).is_complete(folder, name) for name in indexed_results(folder))
+
+
+def test_json_files_carry_provenance_and_the_image_sha256(cli, vit, photo, workdir):
+    assert cli("patches", photo, *RANDOM_CPU, "-p", "63", "-q").exit_code == 0
+    assert cli("predict", photo, *RANDOM_CPU, "-q").exit_code == 0
+    digest = hashlib.sha256(photo.read_bytes()).hexdigest()
+    for name, command in (("patches-p63-v8", "patches"), ("predict-k5", "predict")):
+        document = json.loads(result_files(workdir / "outputs", name)["json"].read_text())
+        assert set(document) == {"provenance", "subject", "experiment", "result"}
+        provenance = document["provenance"]
+        assert provenance["model"] == "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+        assert provenance["parameters_sha256"] == vit.parameter_sha256
+        assert provenance["weights_label"] == "RANDOM (seed 0)"
+        assert provenance["command"].startswith("vitcli")
+        assert document["subject"]["sha256"] == digest and document["subject"]["path"] == str(photo)
+        assert document["experiment"]["command"] == command
+
+
+def test_csv_files_of_several_runs_concatenate(cli, photo, newfoundland, workdir):
+    for image, seed in ((photo, "0"), (newfoundland, "0"), (photo, "1")):
+        options = ["--weights", "random", "--seed", seed, "--device", "cpu"]
+        assert cli("predict", image, *options, "-k", "2", "-q").exit_code == 0
+    files = sorted((workdir / "outputs").glob("*/*/predict-k2.csv"))
+    assert len(files) == 3
+    frames = [pd.read_csv(path) for path in files]
+    assert all(list(frame.columns) == list(frames[0].columns) for frame in frames)
+    assert list(frames[0].columns[:5]) == ["image", "image_sha256", "model", "weights", "result"]
+    rows = pd.concat(frames, ignore_index=True)
+    assert len(rows) == 6 and not rows.isna().any().any()
+    assert set(rows["image"]) == {str(photo), str(newfoundland)}
+    assert set(rows["model"]) == {"vit_tiny_patch16_224.augreg_in21k_ft_in1k"}
+    assert set(rows["weights"]) == {"RANDOM (seed 0)", "RANDOM (seed 1)"}
+    assert set(rows["result"]) == {"predict-k2"}
+
+
+# ----- nothing outside the output folder
+
+
+@pytest.mark.parametrize(
+    "stem",
+    [
+        *["..", ".", ".hidden", "_.hidden", "..\\..\\x", "a\\b", "tab\there", "new\nline", "\x1b[31mred"],
+        *["café", "猫", " ", "a" * 300],
+    ],
+)
+def test_names_made_from_inputs_are_safe(stem, tmp_path):
+    subject = image_subject(tmp_path / f"{stem}.jpg")
+    assert SAFE_NAME.match(subject) and not subject.startswith("."), subject
+    assert len(subject) <= 80 + 11
+    assert SAFE_NAME.match(safe_name(stem)) and safe_name(stem) not in ("", ".", "..")
+
+
+def test_subject_folders_never_collide():
+    paths = [Path(f"{folder}/{stem}.jpg") for folder in ("a", "b", "a/b", "../a") for stem in ("x", "x-2", "x_2", "X")]
+    names = [image_subject(path) for path in paths]
+    assert len(set(names)) == len(paths)
+    assert names == [image_subject(path) for path in paths]
+    assert set_subject(paths[:3]) == set_subject(reversed(paths[:3])) != set_subject(paths[1:4])
+
+
+def test_hostile_file_names_stay_inside_the_output_folder(cli, workdir):
+    names = ["...jpg", ".hidden.jpg", "a\\b.jpg", "new\nline.jpg", "\x1b[31mred.jpg", "猫.jpg", "café.jpg"]
+    for seed, name in enumerate(names):
+        small_image(workdir / "pics" / name, seed)
+    result = cli("predict", workdir / "pics", *RANDOM_CPU, "-k", "1", "-q", "-o", "out")
+    assert result.exit_code == 0, result.stderr
+    written = {path for path in workdir.rglob("*") if path.is_file() and "pics" not in path.parts}
+    folders = subject_folders(workdir / "out")
+    assert len(folders) == len(names)
+    assert all(SAFE_NAME.match(folder.name) and not folder.name.startswith(".") for folder in folders)
+    assert all(path.parent.parent.parent == workdir / "out" for path in written), written
+    assert {json.loads((folder / "predict-k1.json").read_text())["subject"]["path"] for folder in folders} == {
+        str(workdir / "pics" / name) for name in names
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "--output-dir is empty"),
+        ("  ", "--output-dir is empty"),
+        ("a_file", "is a file, not a folder"),
+        ("a_file/sub", "a part of it is a file"),
+    ],
+)
+def test_an_unusable_output_dir_is_a_usage_error_before_the_model_loads(
+    cli, photo, workdir, no_model_load, value, message
+):
+    (workdir / "a_file").write_text("")
+    result = cli("predict", photo, *RANDOM_CPU, "-o", value)
+    assert result.exit_code == 2
+    assert message in one_line(result.stderr)
+    assert sorted(path.name for path in workdir.iterdir()) == ["a_file"]
+
+
+def test_a_read_only_output_dir_is_one_line_and_exit_1(cli, photo, workdir, no_model_load):
+    if os.geteuid() == 0:
+        pytest.skip("running as root: chmod 555 does not stop root from writing")
+    folder = workdir / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = cli("predict", photo, *RANDOM_CPU, "-o", folder)
+    finally:
+        folder.chmod(0o755)
+    assert result.exit_code == 1 and "is not writable" in one_line(result.stderr)
+
+
+def test_an_output_dir_the_file_system_refuses_is_one_line_and_exit_1(cli, photo, workdir, no_model_load, monkeypatch):
+    """What chmod 555 gives a normal user, simulated so that it also runs as root."""
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path).name == "ro" else real_access(path, mode))
+    result = cli("predict", photo, *RANDOM_CPU, "-o", "ro")
+    assert result.exit_code == 1 and "--output-dir ro is not writable" in one_line(result.stderr)
+
+
+# ----- a full disk, a read-only file system, a signal
+
+
+def refuse_writes_from(monkeypatch, folder_stem: str, first_refused: str, code: int) -> None:
+    """Writes raise OSError(code) from file `first_refused` in the subject folder of image `folder_stem` on (the
+    disk stays full), the way a real full disk answers the write() of a temporary file."""
+    real = store._write_temporary
+    refused = {"on": False}
+
+    def write(temporary: Path, writer):
+        if temporary.parent.name.startswith(f"{folder_stem}-") and temporary.name.startswith(f".{first_refused}."):
+            refused["on"] = True
+        if refused["on"]:
+            with open(temporary, "xb") as stream:
+                stream.write(b"partial")
+            temporary.unlink()
+            raise OSError(code, os.strerror(code))
+        return real(temporary, writer)
+
+    monkeypatch.setattr(store, "_write_temporary", write)
+
+
+@pytest.mark.parametrize(("code", "words"), [(errno.ENOSPC, "no space left on device"), (errno.EROFS, "read-only")])
+def test_a_failed_write_keeps_earlier_results_and_leaves_no_temporary(cli, workdir, monkeypatch, code, words):
+    a, b = small_image(workdir / "pics" / "a.jpg", 1), small_image(workdir / "pics" / "b.jpg", 2)
+    assert cli("predict", b, *RANDOM_CPU, "-k", "2", "-q").exit_code == 0
+    root = workdir / "outputs"
+    earlier = stamps(root)
+    refuse_writes_from(monkeypatch, "b", "predict-k2.csv", code)  # b's second file; a's result is written before
+    monkeypatch.setattr(store, "_remove_orphaned_temporaries", lambda folder: None)  # not here to tidy up for us
+    result = cli("predict", a, b, *RANDOM_CPU, "-k", "2", "-q")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len([line for line in lines if words in line]) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert "unexpected" not in result.stderr and "Errno" not in result.stderr
+    assert temporaries(workdir) == []
+    outputs = OutputStore(root)
+    folders = {indexed_results(folder)["predict-k2"]["subject"]["path"]: folder for folder in subject_folders(root)}
+    assert outputs.is_complete(folders[str(a)], "predict-k2")  # written before the disk filled
+    assert outputs.is_complete(folders[str(b)], "predict-k2")  # the earlier run's result, untouched
+    assert all(stamps(root)[path] == stamp for path, stamp in earlier.items())
+
+
+def test_a_full_disk_ends_the_run_with_one_line(cli, workdir, monkeypatch):
+    images = [small_image(workdir / "pics" / f"{name}.jpg", seed) for seed, name in enumerate("abc")]
+    refuse_writes_from(monkeypatch, "b", "predict-k2.csv", errno.ENOSPC)
+    result = cli("predict", *images, *RANDOM_CPU, "-k", "2", "-q")
+    assert result.exit_code == 1
+    assert "no space left on device" in one_line(result.stderr)
+
+
+@pytest.fixture
+def signals_as_exceptions():
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    interrupts.install()
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def text_files(**contents: str) -> dict:
+    return {suffix: (lambda stream, text=text: stream.write(text.encode())) for suffix, text in contents.items()}
+
+
+def test_a_signal_during_the_swap_waits_until_the_whole_result_is_in_place(
+    tmp_path, signals_as_exceptions, monkeypatch
+):
+    outputs = OutputStore(tmp_path)
+    folder = outputs.folder("model", "image")
+    outputs.write(folder, ResultFiles("r", text_files(json="old json", csv="old csv", png="old png")))
+    real_replace = os.replace
+    killed = []
+
+    def replace_then_terminate(source, target):
+        real_replace(source, target)
+        if not killed:
+            killed.append(target)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(os, "replace", replace_then_terminate)
+    with pytest.raises(interrupts.Terminated):
+        outputs.write(folder, ResultFiles("r", text_files(json="new json", csv="new csv")))
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert killed, "the signal was never sent"
+    assert outputs.is_complete(folder, "r")
+    assert sorted(path.name for path in folder.iterdir()) == [".index.lock", INDEX, "r.csv", "r.json"]
+    assert (folder / "r.json").read_text() == "new json" and (folder / "r.csv").read_text() == "new csv"
+
+
+@pytest.mark.parametrize(
+    ("signum", "exception"), [(signal.SIGTERM, interrupts.Terminated), (signal.SIGINT, KeyboardInterrupt)]
+)
+def test_a_signal_while_writing_keeps_the_old_result_and_no_temporary(
+    tmp_path, signals_as_exceptions, signum, exception
+):
+    outputs = OutputStore(tmp_path)
+    folder = outputs.folder("model", "image")
+    outputs.write(folder, ResultFiles("r", text_files(json="old json", csv="old csv")))
+
+    def half_then_terminate(stream):
+        stream.write(b"half of the new csv")
+        os.kill(os.getpid(), signum)
+        stream.write(b" and the rest")
+
+    files = {**text_files(json="new json"), "csv": half_then_terminate}
+    with pytest.raises(exception):
+        outputs.write(folder, ResultFiles("r", files))
+    assert temporaries(tmp_path) == []
+    assert outputs.is_complete(folder, "r") and (folder / "r.json").read_text() == "old json"
+
+
+def test_an_index_entry_counts_only_while_its_files_match(tmp_path):
+    outputs = OutputStore(tmp_path)
+    folder = outputs.folder("model", "image")
+    outputs.write(folder, ResultFiles("r", text_files(json="{}", csv="a,b\n")))
+    assert outputs.is_complete(folder, "r") and not outputs.is_complete(folder, "other")
+    (folder / "r.csv").write_text("a,b\n1,2\n")
+    assert not outputs.is_complete(folder, "r")
+    (folder / "r.csv").unlink()
+    assert not outputs.is_complete(folder, "r")
+
+
+def test_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
+    folder = tmp_path / "model" / "image"
+    folder.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = folder / f".r.json.p{int(dead.stdout)}.0a1b2c3d.tmp"
+    live = folder / f".r.json.p{os.getpid()}.0a1b2c3d.tmp"
+    orphan.write_text("left by a SIGKILL")
+    live.write_text("being written by this process")
+    OutputStore(tmp_path).folder("model", "image")
+    assert not orphan.exists() and live.exists()
+
+
+def test_no_folder_outside_the_store_is_ever_made(tmp_path):
+    for parts in (("..", "x"), ("model", "."), ("a/b",), ("",)):
+        with pytest.raises(VitcliError, match="refusing an output folder outside"):
+            OutputStore(tmp_path / "out").folder(*parts)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_exits_143_and_every_indexed_result_is_whole(tmp_path):
+    for index in range(30):
+        small_image(tmp_path / "pics" / f"img{index:02d}.png", index, (48, 40))
+    process = subprocess.Popen(
+        [VITCLI, "patches", "pics", *RANDOM_CPU, "-o", "out", "--batch-size", "4"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wrote, deadline = 0, time.monotonic() + 240
+    try:
+        while wrote < 3:
+            assert time.monotonic() < deadline, "no results within the time limit"
+            ready, _, _ = select.select([process.stderr], [], [], 5)
+            if ready:
+                line = process.stderr.readline()
+                assert line, f"vitcli ended before it was killed (exit {process.wait()})"
+                wrote += line.startswith("wrote ")
+        process.send_signal(signal.SIGTERM)
+        rest = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, rest
+    assert rest.strip().splitlines()[-1] == "error: terminated"
+    assert temporaries(tmp_path) == []
+    outputs = OutputStore(tmp_path / "out")
+    folders = subject_folders(tmp_path / "out")
+    indexed, unindexed = 0, set()
+    for folder in folders:
+        results = indexed_results(folder)
+        indexed += len(results)
+        assert all(outputs.is_complete(folder, name) for name in results)
+        listed = {file for entry in results.values() for file in entry["files"]}
+        unindexed |= {
+            (folder, path.name.split(".")[0]) for path in folder.iterdir() if path.name not in listed | BOOKKEEPING
+        }
+    assert 3 <= indexed < 30, "the signal did not arrive mid-run"
+    assert len(unindexed) <= 1, unindexed  # at most the result being written when the signal came
+
+
+# ----- one bad image does not stop a folder
+
+
+@pytest.fixture
+def folder_with_a_bad_image(workdir) -> Path:
+    small_image(workdir / "pics" / "a.jpg", 1)
+    (workdir / "pics" / "b.jpg").write_text("this is text, not a JPEG")
+    small_image(workdir / "pics" / "c.jpg", 3)
+    return workdir / "pics"
+
+
+def written_images(root: Path) -> set[str]:
+    if not root.is_dir():
+        return set()
+    return {
+        Path(entry["subject"]["path"]).name
+        for folder in subject_folders(root)
+        for entry in indexed_results(folder).values()
+    }
+
+
+def test_one_bad_image_does_not_stop_a_folder(cli, folder_with_a_bad_image, workdir):
+    result = cli("predict", folder_with_a_bad_image, *RANDOM_CPU, "-k", "1", "-q")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and "b.jpg" in lines[0] and "Traceback" not in result.stderr, result.stderr
+    assert lines[-1] == "error: 2 of 3 images done, 1 failed"
+    assert written_images(workdir / "outputs") == {"a.jpg", "c.jpg"}
+
+
+def test_fail_fast_stops_at_the_first_failure(cli, folder_with_a_bad_image, workdir):
+    result = cli("predict", folder_with_a_bad_image, *RANDOM_CPU, "-k", "1", "--fail-fast", "-q")
+    assert result.exit_code == 1
+    line = one_line(result.stderr)
+    assert "b.jpg" in line and "--fail-fast" in line
+    written = written_images(workdir / "outputs")
+    assert "a.jpg" in written and "c.jpg" not in written  # the image before the bad one, in the same batch
+
+
+def test_one_image_and_a_folder_take_the_same_path_to_the_same_files(cli, workdir):
+    small_image(workdir / "pics" / "x.jpg", 1)
+    small_image(workdir / "pics" / "y.jpg", 2)
+    assert cli("predict", workdir / "pics" / "x.jpg", *RANDOM_CPU, "-k", "2", "-q").exit_code == 0
+    (alone,) = subject_folders(workdir / "outputs")
+    alone_files = sorted(path.name for path in alone.iterdir())
+    alone_top = json.loads((alone / "predict-k2.json").read_text())["result"]["top"]
+    assert cli("predict", workdir / "pics", *RANDOM_CPU, "-k", "2", "-q").exit_code == 0
+    folders = subject_folders(workdir / "outputs")
+    assert len(folders) == 2 and alone in folders
+    assert all(sorted(path.name for path in folder.iterdir()) == alone_files for folder in folders)
+    batched_top = json.loads((alone / "predict-k2.json").read_text())["result"]["top"]
+    assert [row["class_index"] for row in batched_top] == [row["class_index"] for row in alone_top]
+    assert [row["probability"] for row in batched_top] == pytest.approx(
+        [row["probability"] for row in alone_top], abs=1e-6
+    )
