@@ -12,7 +12,11 @@ from typing import Any
 
 from vitcli.errors import VitcliError
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm"}
+# The Pillow formats of those suffixes (PPM covers .pgm, .pbm, .pnm). Other formats are refused from the header:
+# Pillow can open dozens more, some through external programs (EPS runs Ghostscript).
+PILLOW_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
+HASH_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -68,29 +72,52 @@ def resolve_images(arguments: list[str]) -> list[Path]:
 
 
 def load_rgb(path: Path) -> tuple[Any, ImageSource]:
-    """Decode an image fully and convert it to 8-bit RGB (EXIF rotation applied, alpha dropped as timm does)."""
+    """Decode an image fully and convert it to 8-bit RGB (EXIF rotation applied, alpha dropped as timm does).
+
+    The header is checked first (format and pixel count), so a large file that is not an image, or an image too
+    large to decode, is refused after reading a few bytes; only then is the file hashed, in chunks.
+    """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise VitcliError(f"cannot read {path}: {error.strerror or error}") from error
     try:
         with warnings.catch_warnings():
             # A merely large image (PIL warns) is refused too: it would take minutes and gigabytes to decode.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
+            # Pillow warns about damaged metadata ("Corrupt EXIF data"); the error or the pixels say what counts.
+            warnings.filterwarnings("ignore", category=UserWarning, module="PIL")
+            with Image.open(path, formats=PILLOW_FORMATS) as opened:
+                source = ImageSource(path, _sha256(path), opened.size, opened.mode)
                 opened.load()
-                image = ImageOps.exif_transpose(opened)
-                source = ImageSource(path, hashlib.sha256(data).hexdigest(), opened.size, opened.mode)
-                rgb = _to_rgb(image)
+                rgb = _to_rgb(ImageOps.exif_transpose(opened))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise VitcliError(f"{path} is too large to decode safely ({error})") from error
     except UnidentifiedImageError as error:
-        raise VitcliError(f"{path} is not an image that Pillow can read") from error
-    except (OSError, SyntaxError, ValueError) as error:
-        raise VitcliError(f"{path} is damaged or truncated: {error}") from error
+        formats = f"{', '.join(PILLOW_FORMATS[:-1])} or {PILLOW_FORMATS[-1]}"
+        raise VitcliError(f"{path} is not an image that Pillow can read as {formats}") from error
+    except OSError as error:
+        if error.filename is not None:  # the file system's error, not the decoder's
+            raise VitcliError(f"cannot read {path}: {(error.strerror or str(error)).lower()}") from error
+        raise VitcliError(f"{path} is damaged or truncated{_detail(error)}") from error
+    except MemoryError:  # a full memory says nothing about the file
+        raise
+    except Exception as error:
+        # Pillow's decoders report damaged data with many exception types (SyntaxError, struct.error, EOFError...).
+        raise VitcliError(f"{path} is damaged or truncated{_detail(error)}") from error
     return rgb, source
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _detail(error: Exception) -> str:
+    """': <Pillow's message>' when it says something a person can read, not a bare code or nothing."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f": {text}" if any(character.isalpha() for character in text) else ""
 
 
 def _to_rgb(image: Any) -> Any:

@@ -1,13 +1,20 @@
 """Building a timm ViT and loading its weights: pretrained (HF cache or hub), a local checkpoint, or seeded random.
 
-One load per process for the same arguments; every refusal is one line a person can act on.
+One load per process for the same arguments; every refusal is one line a person can act on. `describe` gives the
+architecture facts (blocks, heads, grid, classes and their names) without loading any weights, so commands can check
+their arguments first.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
+import functools
+import pickle
+import re
 import socket
+import urllib.request
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +32,13 @@ from vitcli.model import VitModel, prefix_names
 from vitcli.spec import WeightsSpec
 
 WEIGHTS_HELP = (
-    "connect to the internet once so timm can download them into the Hugging Face cache, "
+    "connect to the internet once so timm can download them into the Hugging Face cache "
+    "(later runs may set HF_HUB_OFFLINE=1 to use only the cache), "
     "pass --checkpoint PATH (a .safetensors, .pth or .pt state dict), "
     "or use --weights random --seed N for an untrained model"
 )
+# One TCP connection to the hub (or its proxy) tells within this time whether a download can work at all.
+HUB_CONNECT_SECONDS = 5
 
 _LOADED: dict[tuple[WeightsSpec, str, int], VitModel] = {}
 
@@ -38,26 +48,73 @@ CPU_BATCH_SIZE = 8
 ACCELERATOR_BATCH_SIZE = 64
 
 
+@dataclass(frozen=True)
+class Architecture:
+    """What a command checks its arguments against before any weights load."""
+
+    name: str
+    depth: int
+    num_heads: int
+    embed_dim: int
+    grid: PatchGrid
+    num_classes: int  # 0: no classifier head (the model outputs pooled features)
+    labels: tuple[str, ...]  # one name per class
+    global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
+
+
 def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None = None) -> VitModel:
     """Build the network, load its weights and wrap it; one load per process for the same arguments.
 
-    batch_size None picks CPU_BATCH_SIZE on a CPU and ACCELERATOR_BATCH_SIZE on a GPU.
+    batch_size None picks CPU_BATCH_SIZE on a CPU and ACCELERATOR_BATCH_SIZE on a GPU. A checkpoint's classifier
+    head sets the number of classes (none: a headless model); the labels follow `class_names`.
     """
     key = (spec, device, batch_size)
     if key not in _LOADED:
         resolved = resolve_device(device)
         batch_size = batch_size or default_batch_size(resolved)
-        require_vit(spec.model_name)
+        skeleton = require_vit(spec.model_name)
         if spec.random:
+            labels = class_names(spec, skeleton.num_classes, skeleton.pretrained_cfg)
             torch.manual_seed(spec.seed)
             net = timm.create_model(spec.model_name, pretrained=False)
         elif spec.checkpoint is not None:
-            net = timm.create_model(spec.model_name, pretrained=False)
-            load_checkpoint(net, spec.checkpoint, spec.model_name)
+            state = read_checkpoint(spec.checkpoint)
+            num_classes = head_classes(state)
+            labels = class_names(spec, num_classes, skeleton.pretrained_cfg)
+            net = timm.create_model(spec.model_name, pretrained=False, num_classes=num_classes)
+            _load_state(net, state, spec.checkpoint, spec.model_name)
         else:
+            labels = class_names(spec, skeleton.num_classes, skeleton.pretrained_cfg)
             net = _create_pretrained(spec.model_name)
-        _LOADED[key] = VitModel(net, spec, resolved, batch_size)
+        model = VitModel(net, spec, resolved, batch_size)
+        model.labels = list(labels)
+        _LOADED[key] = model
     return _LOADED[key]
+
+
+def describe(spec: WeightsSpec) -> Architecture:
+    """The architecture facts of a spec without loading weights: timm's meta-device skeleton, and of a checkpoint
+    only its header (for the classifier head's shape) and the labels files beside it."""
+    skeleton = require_vit(spec.model_name)
+    num_classes = skeleton.num_classes
+    if not spec.random and spec.checkpoint is not None:
+        num_classes = head_classes(_read_state(spec.checkpoint, values=False))
+    return Architecture(
+        name=spec.model_name,
+        depth=len(skeleton.blocks),
+        num_heads=next(module.num_heads for module in skeleton.blocks[0].modules() if hasattr(module, "num_heads")),
+        embed_dim=skeleton.embed_dim,
+        grid=patch_grid(skeleton),
+        num_classes=num_classes,
+        labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
+        global_pool=skeleton.global_pool,
+    )
+
+
+def patch_grid(net: VisionTransformer) -> PatchGrid:
+    """The grid as VitModel builds it: the net's own input size (else its data config's) and prefix token names."""
+    height, width = net.patch_embed.img_size or timm.data.resolve_data_config(model=net)["input_size"][1:]
+    return PatchGrid(height, width, net.patch_embed.patch_size[0], prefix_names(net))
 
 
 def default_batch_size(device: torch.device) -> int:
@@ -79,71 +136,176 @@ def resolve_device(name: str) -> torch.device:
 
 
 def require_vit(name: str) -> VisionTransformer:
-    """Refuse unknown names and non-ViT architectures before any weights are fetched; return the checked
+    """Refuse unknown names and tags and non-ViT architectures before any weights are fetched; return the checked
     skeleton (built on the meta device: shapes only, no memory, no weights)."""
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"
+        listing = "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"
+        hint = f"; did you mean {', '.join(close)}?" if close else listing
         raise UsageError(f"unknown model name {name!r}{hint}")
-    skeleton = timm.create_model(name, pretrained=False, device="meta")
+    architecture, tag = timm.models.split_model_name_tag(name)
+    try:
+        timm.models.get_pretrained_cfg(name)
+    except RuntimeError as error:
+        tags = [known.split(".", 1)[1] for known in timm.list_pretrained(f"{architecture}.*")]
+        known = f"its tags are {', '.join(tags)}" if tags else f"it has none: use {architecture}"
+        raise UsageError(f"unknown pretrained tag {tag!r} for {architecture}; {known}") from error
+    try:
+        # Initialising weights costs most of a meta build (5x for ViT-Tiny), and a skeleton has no values to set.
+        skeleton = timm.create_model(name, pretrained=False, device="meta", weight_init="skip")
+    except TypeError:  # not a VisionTransformer: its constructor takes no weight_init
+        skeleton = timm.create_model(name, pretrained=False, device="meta")
     if not isinstance(skeleton, VisionTransformer):
         raise UsageError(f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs")
     if skeleton.cls_token is None:
         raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
     if type(skeleton.patch_embed) is not PatchEmbed:
-        raise UsageError(f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels")
+        raise UsageError(
+            f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels"
+        )
     return skeleton
 
 
-def _create_pretrained(name: str) -> VisionTransformer:
-    """timm's own pretrained loading: Hugging Face cache first, the hub when reachable."""
-    from huggingface_hub import constants, try_to_load_from_cache
+# ----- class names
 
-    cfg = timm.models.get_pretrained_cfg(name)
-    hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
-    if hub_id:
-        cached = any(
-            isinstance(try_to_load_from_cache(hub_id, filename), str)
-            for filename in ("model.safetensors", "open_clip_model.safetensors", "pytorch_model.bin")
-        )
-        if not cached and not constants.HF_HUB_OFFLINE and not _reachable(constants.ENDPOINT):
-            # Without this, huggingface_hub retries an unresolvable host for most of a minute before failing.
+
+def class_names(spec: WeightsSpec, num_classes: int, pretrained_cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """From spec.labels, else `<checkpoint stem>.labels.txt` beside the checkpoint, else `labels.txt` in its folder,
+    else timm's ImageNet names when the head has the pretrained config's classes, else "class N"."""
+    if num_classes == 0 and spec.labels is None:
+        return ()  # a headless model has no classes to name, whatever labels files lie beside it
+    path = _labels_file(spec)
+    if path is not None:
+        names = read_labels(path)
+        if len(names) != num_classes:
+            counted = f"{len(names)} name" if len(names) == 1 else f"{len(names)} names"
             raise VitcliError(
-                f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} "
-                f"cannot be reached; {WEIGHTS_HELP}"
+                f"labels file {path} has {counted} but the model has {num_classes} classes (one name per line)"
             )
-    try:
-        return timm.create_model(name, pretrained=True)
-    except Exception as error:
-        raise VitcliError(f"could not load pretrained weights for {name} ({type(error).__name__}); {WEIGHTS_HELP}") from error
+        return names
+    subset = timm.data.infer_imagenet_subset(dict(pretrained_cfg))
+    if subset is not None and num_classes == pretrained_cfg.get("num_classes"):
+        return _imagenet_names(subset)
+    return tuple(f"class {index}" for index in range(num_classes))
 
 
-def _reachable(endpoint: str) -> bool:
-    """Whether the hub's host name resolves; behind a proxy the proxy resolves it, so assume yes."""
-    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    host = urlparse(endpoint).hostname or endpoint
+def read_labels(path: Path) -> tuple[str, ...]:
+    """One class name per line (UTF-8, surrounding spaces dropped); blank lines at the end are ignored."""
     try:
-        socket.getaddrinfo(host, 443)
-    except OSError:
-        return False
-    return True
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise VitcliError(f"labels file {path} is not UTF-8 text; save it as UTF-8, one name per line") from error
+    except OSError as error:
+        raise VitcliError(f"cannot read labels file {path}: {(error.strerror or str(error)).lower()}") from error
+    names = [line.strip() for line in text.splitlines()]
+    while names and not names[-1]:
+        names.pop()
+    if "" in names:
+        raise VitcliError(f"labels file {path}: line {names.index('') + 1} is empty; give one name per line")
+    return tuple(names)
+
+
+def _labels_file(spec: WeightsSpec) -> Path | None:
+    if spec.labels is not None:
+        if not spec.labels.is_file():
+            raise VitcliError(f"labels file not found: {spec.labels}")
+        return spec.labels
+    if spec.checkpoint is not None and not spec.random:
+        checkpoint = spec.checkpoint
+        for candidate in (checkpoint.with_name(f"{checkpoint.stem}.labels.txt"), checkpoint.with_name("labels.txt")):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _imagenet_names(subset: str) -> tuple[str, ...]:
+    return tuple(timm.data.ImageNetInfo(subset).label_descriptions())
+
+
+# ----- checkpoints
+
+
+def head_classes(state: Mapping[str, Tensor]) -> int:
+    """The classes of a state dict's classifier head; no head means a headless model (timm's num_classes=0)."""
+    head = state.get("head.weight")
+    return int(head.shape[0]) if head is not None else 0
+
+
+def read_checkpoint(path: Path) -> dict[str, Tensor]:
+    """A checkpoint's state dict on the CPU, refused when a tensor holds NaN or infinite values."""
+    state = _read_state(path, values=True)
+    for name in sorted(state):
+        tensor = state[name]
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            nan, infinite = int(tensor.isnan().sum()), int(tensor.isinf().sum())
+            raise VitcliError(
+                f"checkpoint {path}: tensor {name} has {nan} NaN and {infinite} infinite values among "
+                f"{tensor.numel()} (the first such tensor by name); such weights give meaningless outputs"
+            )
+    return state
 
 
 def load_checkpoint(net: torch.nn.Module, path: Path, name: str) -> None:
     """Load a .safetensors file or a .pth/.pt state dict (tensors only, never pickled objects), strictly."""
+    _load_state(net, read_checkpoint(path), path, name)
+
+
+def _checkpoint_kind(path: Path) -> str:
+    """'safetensors' or 'torch', told from the first bytes (so any suffix, in any letter case, works)."""
+    if path.is_dir():
+        raise VitcliError(f"checkpoint {path} is a folder, not a file")
     if not path.is_file():
         raise VitcliError(f"checkpoint not found: {path}")
     try:
-        if path.suffix == ".safetensors":
+        with path.open("rb") as handle:
+            start = handle.read(9)
+    except OSError as error:
+        raise VitcliError(f"cannot read checkpoint {path}: {(error.strerror or str(error)).lower()}") from error
+    if not start:
+        raise VitcliError(f"checkpoint {path} is empty")
+    # torch.save writes a zip archive (a pickle before torch 1.6); safetensors an 8-byte length, then a JSON header.
+    if start.startswith(b"PK\x03\x04") or start.startswith(b"\x80"):
+        return "torch"
+    if start[8:9] == b"{":
+        return "safetensors"
+    raise VitcliError(f"checkpoint {path} is neither a safetensors file nor a torch state dict (.pth/.pt)")
+
+
+def _read_state(path: Path, values: bool) -> dict[str, Tensor]:
+    """The state dict of a checkpoint; with values=False only its header: tensors on the meta device (shapes)."""
+    kind = _checkpoint_kind(path)
+    try:
+        if kind == "safetensors":
+            from safetensors import safe_open
             from safetensors.torch import load_file
 
-            state = load_file(str(path))
+            if values:
+                state = load_file(str(path))
+            else:
+                with safe_open(str(path), "pt") as file:
+                    state = {key: torch.empty(file.get_slice(key).get_shape(), device="meta") for key in file.keys()}
         else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():
+                # A damaged pickle makes torch warn about its "protocol" before failing: the error says enough.
+                warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+                state = torch.load(path, map_location="cpu" if values else "meta", weights_only=True)
+    except MemoryError:  # a full memory says nothing about the file
+        raise
+    except pickle.UnpicklingError as error:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+        if found is None:
+            raise VitcliError(f"cannot read checkpoint {path}: the torch file is damaged or truncated") from error
+        raise VitcliError(
+            f"cannot read checkpoint {path}: it holds pickled Python objects ({found.group(1)}) besides tensors, "
+            "which vitcli never unpickles; save only the state dict"
+        ) from error
     except Exception as error:
-        raise VitcliError(f"cannot read checkpoint {path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from error
-    state = _unwrap_state_dict(state, path)
+        raise VitcliError(f"cannot read checkpoint {path}: the {kind} file is damaged or truncated") from error
+    return _unwrap_state_dict(state, path)
+
+
+def _load_state(net: torch.nn.Module, state: dict[str, Tensor], path: Path, name: str) -> None:
     expected = net.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -152,8 +314,9 @@ def load_checkpoint(net: torch.nn.Module, path: Path, name: str) -> None:
         problems = []
         if mismatched:
             key = mismatched[0]
+            checkpoint_shape, model_shape = list(state[key].shape), list(expected[key].shape)
             problems.append(
-                f"{len(mismatched)} shape mismatches (e.g. {key}: checkpoint {list(state[key].shape)}, model {list(expected[key].shape)})"
+                f"{len(mismatched)} shape mismatches (e.g. {key}: checkpoint {checkpoint_shape}, model {model_shape})"
             )
         if missing:
             problems.append(f"{len(missing)} missing keys (e.g. {missing[0]})")
@@ -174,37 +337,55 @@ def _unwrap_state_dict(state: Any, path: Path) -> dict[str, Tensor]:
     return {key.removeprefix("module."): value for key, value in state.items()}
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """What a command may check before any weights load: the network's shape, its grid and its classes."""
-
-    name: str
-    depth: int
-    num_heads: int
-    embed_dim: int
-    grid: PatchGrid
-    num_classes: int
-    labels: tuple[str, ...]
-    global_pool: str
+# ----- the Hugging Face hub
 
 
-def describe(spec: WeightsSpec) -> Architecture:
-    """The architecture's facts from timm's meta-device skeleton: no weights are read or downloaded."""
-    skeleton = require_vit(spec.model_name)
-    config = timm.data.resolve_data_config(model=skeleton)
-    height, width = config["input_size"][1:]
-    grid = PatchGrid(height, width, skeleton.patch_embed.patch_size[0], prefix_names(skeleton))
-    subset = timm.data.infer_imagenet_subset(skeleton)
-    labels = tuple(timm.data.ImageNetInfo(subset).label_descriptions()) if subset else ()
-    if len(labels) != skeleton.num_classes:
-        labels = tuple(f"class {index}" for index in range(skeleton.num_classes))
-    return Architecture(
-        spec.model_name,
-        len(skeleton.blocks),
-        skeleton.blocks[0].attn.num_heads,
-        skeleton.embed_dim,
-        grid,
-        skeleton.num_classes,
-        labels,
-        skeleton.global_pool,
+def _create_pretrained(name: str) -> VisionTransformer:
+    """timm's own pretrained loading: Hugging Face cache first, the hub when reachable."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cfg = timm.models.get_pretrained_cfg(name)
+    hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+    cached = hub_id and any(
+        isinstance(try_to_load_from_cache(hub_id, filename), str)
+        for filename in ("model.safetensors", "open_clip_model.safetensors", "pytorch_model.bin")
     )
+    if hub_id and not cached:
+        if constants.HF_HUB_OFFLINE:
+            raise VitcliError(
+                f"no weights for {name}: they are not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                f"HF_HUB_OFFLINE=1 forbids downloading them; {WEIGHTS_HELP}"
+            )
+        # Without this, huggingface_hub retries a refused or unresolvable host for most of a minute before failing.
+        problem = _hub_connection_problem(constants.ENDPOINT)
+        if problem is not None:
+            raise VitcliError(
+                f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} "
+                f"cannot be reached ({problem}); {WEIGHTS_HELP}"
+            )
+    try:
+        return timm.create_model(name, pretrained=True)
+    except Exception as error:
+        raise VitcliError(
+            f"could not load pretrained weights for {name} (--debug shows why); {WEIGHTS_HELP}"
+        ) from error
+
+
+def _hub_connection_problem(endpoint: str) -> str | None:
+    """Why no TCP connection can be made to the hub, or to the proxy the hub client would use; None if one can."""
+    url = urlparse(endpoint)
+    host, port = url.hostname or endpoint, url.port or (443 if url.scheme == "https" else 80)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(url.scheme) or proxies.get("all")
+    via = ""
+    if proxy and not urllib.request.proxy_bypass_environment(host, proxies):
+        proxy_url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = proxy_url.hostname or proxy, proxy_url.port or (443 if proxy_url.scheme == "https" else 80)
+        via = f"the proxy {proxy}: "
+    try:
+        socket.create_connection((host, port), timeout=HUB_CONNECT_SECONDS).close()
+    except TimeoutError:
+        return f"{via}no answer within {HUB_CONNECT_SECONDS} s"
+    except OSError as error:
+        return f"{via}{(error.strerror or 'no connection').lower()}"
+    return None
