@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from vitcli.experiments.occlusion import SlidingWindows, baseline, covered_copy, fill_image, measure_covers
 from vitcli.images import sample_photo
 from vitcli.loading import load_model
 from vitcli.model import PreparedImage, VitModel
-from vitcli.occlusion import SlidingWindows, baseline, covered_copy, fill_image, measure_covers
 from vitcli.spec import WeightsSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,9 @@ def flops_per_image(model: VitModel, image: torch.Tensor) -> int:
 def loop_probabilities(model: VitModel, image: torch.Tensor, fill: torch.Tensor, covers, target: int) -> torch.Tensor:
     """The reference: one covered copy at a time through the network."""
     with torch.inference_mode():
-        return torch.tensor([float(model.net(covered_copy(image, fill, cover)[None]).softmax(-1)[0, target]) for cover in covers])
+        return torch.tensor(
+            [float(model.net(covered_copy(image, fill, cover)[None]).softmax(-1)[0, target]) for cover in covers]
+        )
 
 
 def main() -> None:
@@ -108,8 +110,10 @@ def main() -> None:
     covers = list(SlidingWindows(model.grid, model.grid.patch_size, model.grid.patch_size))
     count = len(covers)
     flops = flops_per_image(model, prepared.input)
-    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, default threads {default_threads}; "
-          f"load average {os.getloadavg()[0]:.1f} at start")
+    print(
+        f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, default threads {default_threads}; "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
     print(f"image {arguments.image.name}, {count} gray patch covers, target class {base.target.index}")
     print(f"FLOPs per forward (FlopCounterMode): {flops / 1e9:.3f} GFLOP")
 
@@ -129,8 +133,12 @@ def main() -> None:
     for threads in arguments.threads:
         torch.set_num_threads(threads)
         matmul = matmul_rate()
-        loop_seconds, reference = timed(lambda: loop_probabilities(model, prepared.input, fill, covers, base.target.index))
-        print(f"\n{threads} thread(s): matmul 2048^3 fp32 {matmul:.1f} GFLOP/s; one-at-a-time loop {loop_seconds:.2f} s")
+        loop_seconds, reference = timed(
+            lambda: loop_probabilities(model, prepared.input, fill, covers, base.target.index)
+        )
+        print(
+            f"\n{threads} thread(s): matmul 2048^3 fp32 {matmul:.1f} GFLOP/s; one-at-a-time loop {loop_seconds:.2f} s"
+        )
         record("loop, one copy at a time", threads, loop_seconds, reference, matmul, loop_seconds)
         for batch_size in arguments.batch_sizes:
             seconds, probabilities = timed(partial(batched, batch_size))
@@ -143,7 +151,10 @@ def main() -> None:
     torch.set_num_threads(best_threads)
     matmul = matmul_rate()
     loop_seconds, reference = timed(lambda: loop_probabilities(model, prepared.input, fill, covers, base.target.index))
-    print(f"\nbest: {best_threads} thread(s), batch {best_batch}; re-measured matmul {matmul:.1f} GFLOP/s, loop {loop_seconds:.2f} s")
+    print(
+        f"\nbest: {best_threads} thread(s), batch {best_batch}; "
+        f"re-measured matmul {matmul:.1f} GFLOP/s, loop {loop_seconds:.2f} s"
+    )
     seconds, probabilities = timed(lambda: batched(best_batch))
     record(f"vitcli batched, batch {best_batch} (again)", best_threads, seconds, probabilities, matmul, loop_seconds)
 
@@ -158,8 +169,14 @@ def main() -> None:
         # The first pass compiles for the full batch and for the last, partial one.
         compile_seconds, _ = timed(lambda: batched(best_batch))
         seconds, probabilities = timed(lambda: batched(best_batch))
-        record(f"  + torch.compile, batch {best_batch} (after {compile_seconds:.0f} s compiling)", best_threads, seconds,
-               probabilities, matmul, loop_seconds)
+        record(
+            f"  + torch.compile, batch {best_batch} (after {compile_seconds:.0f} s compiling)",
+            best_threads,
+            seconds,
+            probabilities,
+            matmul,
+            loop_seconds,
+        )
         model.net = eager
 
     try:
@@ -170,19 +187,36 @@ def main() -> None:
         for per_eval in (1, best_batch):
             occlusion = Occlusion(lambda x: model.net(x).softmax(dim=-1))
             with torch.no_grad():
-                seconds, attribution = timed(partial(
-                    occlusion.attribute, prepared.input[None], sliding_window_shapes=(3, 16, 16), strides=(3, 16, 16),
-                    baselines=0, target=base.target.index, perturbations_per_eval=per_eval,
-                ))
+                seconds, attribution = timed(
+                    partial(
+                        occlusion.attribute,
+                        prepared.input[None],
+                        sliding_window_shapes=(3, 16, 16),
+                        strides=(3, 16, 16),
+                        baselines=0,
+                        target=base.target.index,
+                        perturbations_per_eval=per_eval,
+                    )
+                )
             captum_probabilities = base.target.probability - attribution[0, 0, ::16, ::16].reshape(-1)
-            record(f"captum Occlusion, perturbations_per_eval={per_eval}", best_threads, seconds,
-                   captum_probabilities, matmul, loop_seconds)
+            record(
+                f"captum Occlusion, perturbations_per_eval={per_eval}",
+                best_threads,
+                seconds,
+                captum_probabilities,
+                matmul,
+                loop_seconds,
+            )
 
-    print(f"\n{'variant':58} {'threads':>7} {'images/s':>9} {'s/image':>8} {'vs loop':>8} {'GFLOP/s':>8} "
-          f"{'of matmul':>9} {'max |dp|':>9}")
+    print(
+        f"\n{'variant':58} {'threads':>7} {'images/s':>9} {'s/image':>8} {'vs loop':>8} {'GFLOP/s':>8} "
+        f"{'of matmul':>9} {'max |dp|':>9}"
+    )
     for name, threads, per_second, per_image, speedup, rate, fraction, difference in rows:
-        print(f"{name:58} {threads:7d} {per_second:9.1f} {per_image:8.4f} {speedup:8.2f} {rate:8.1f} {fraction:9.2f} "
-              f"{difference:9.1e}")
+        print(
+            f"{name:58} {threads:7d} {per_second:9.1f} {per_image:8.4f} {speedup:8.2f} {rate:8.1f} {fraction:9.2f} "
+            f"{difference:9.1e}"
+        )
     worst = max(row[-1] for row in rows)
     print(f"largest |probability - loop| over all variants: {worst:.1e} (tolerance {TOLERANCE:g})")
     if worst > TOLERANCE:
@@ -200,15 +234,49 @@ def compare_processes(image: Path, best_batch: int, repeats: int = 2) -> None:
         script.write_text(CAPTUM_SCRIPT)
         commands = {
             "vitcli occlude-patches (batch 32, the shared default)": [
-                str(vitcli), "occlude-patches", str(image), "--weights", "random", "--seed", "0", "--device", "cpu",
-                "-q", "-o", str(Path(folder) / "vitcli32")],
+                str(vitcli),
+                "occlude-patches",
+                str(image),
+                "--weights",
+                "random",
+                "--seed",
+                "0",
+                "--device",
+                "cpu",
+                "-q",
+                "-o",
+                str(Path(folder) / "vitcli32"),
+            ],
             f"vitcli occlude-patches --batch-size {best_batch}": [
-                str(vitcli), "occlude-patches", str(image), "--weights", "random", "--seed", "0", "--device", "cpu",
-                "-q", "-o", str(Path(folder) / "vitcli"), "--batch-size", str(best_batch)],
+                str(vitcli),
+                "occlude-patches",
+                str(image),
+                "--weights",
+                "random",
+                "--seed",
+                "0",
+                "--device",
+                "cpu",
+                "-q",
+                "-o",
+                str(Path(folder) / "vitcli"),
+                "--batch-size",
+                str(best_batch),
+            ],
             "captum script, perturbations_per_eval=1 (captum's default)": [
-                sys.executable, str(script), str(image), str(Path(folder) / "captum1.csv"), "1"],
+                sys.executable,
+                str(script),
+                str(image),
+                str(Path(folder) / "captum1.csv"),
+                "1",
+            ],
             f"captum script, perturbations_per_eval={best_batch}": [
-                sys.executable, str(script), str(image), str(Path(folder) / "captum.csv"), str(best_batch)],
+                sys.executable,
+                str(script),
+                str(image),
+                str(Path(folder) / "captum.csv"),
+                str(best_batch),
+            ],
         }
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(repeats):

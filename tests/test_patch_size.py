@@ -8,9 +8,11 @@ the memory tracker.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import statistics
+from fractions import Fraction
 
 import pytest
 import timm
@@ -18,19 +20,20 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitcli.patch_size import (
-    ADAPTED_NOTE,
-    LiveTensorPeak,
+from vitcli.experiments.patch_size import ARCHITECTURE_ONLY
+from vitcli.experiments.patch_size_adapt import ADAPTED_NOTE, adapt_and_predict, adapt_net
+from vitcli.experiments.patch_size_measure import LiveTensorPeak
+from vitcli.experiments.patch_size_variants import (
     Variant,
-    adapt_and_predict,
-    adapt_net,
     build_variant,
     count_variant,
     pad_to_patches,
     plan_variants,
-    read_architecture,
+    read_dimensions,
 )
 from vitcli.spec import DEFAULT_MODEL
+
+from conftest import result_files
 
 RANDOM_CPU = ["--weights", "random", "--seed", "0", "--device", "cpu"]
 NOTE = "architectural comparison: the checkpoint was trained at patch 16"
@@ -40,7 +43,7 @@ MAC_TOLERANCE = 1e-9
 
 @pytest.fixture(scope="module")
 def tiny():
-    return read_architecture(DEFAULT_MODEL)
+    return read_dimensions(DEFAULT_MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +90,26 @@ def test_closed_form_macs_match_flop_counter_on_a_real_cpu_forward(lecture):
         assert count_variant(variant) == (closed, sum(p.numel() for p in net.parameters()))
 
 
-def test_attention_share_grows_with_the_square(lecture):
-    """Halving the patch quadruples the rows' work and multiplies the attention work by about 16."""
-    small, native = lecture[8].macs(), lecture[16].macs()
-    assert small.attention / native.attention == pytest.approx((785 / 197) ** 2)
-    # The patch embedding costs 3 * 224 * 224 * D for every patch size that divides the image.
-    assert lecture[8].patch_tokens * lecture[8].values_per_patch == lecture[32].patch_tokens * lecture[32].values_per_patch
+def counted_flops(patch: int) -> dict[str, int]:
+    """FlopCounterMode's FLOPs per operator for one forward of timm's ViT-Tiny at this patch size (meta device)."""
+    net = timm.create_model(DEFAULT_MODEL, pretrained=False, patch_size=patch, device="meta").eval()
+    for block in net.blocks:
+        block.attn.fused_attn = False
+    with FlopCounterMode(display=False) as counter, torch.inference_mode():
+        net(torch.zeros(1, 3, 224, 224, device="meta"))
+    return {str(operator): count for operator, count in counter.get_flop_counts()["Global"].items()}
+
+
+def test_attention_work_grows_with_the_square_of_the_rows(lecture):
+    """Counted by torch, not by the closed form: patch 8 has 785 rows against 197, and its q k^T and attention @ v
+    work (the batched matmuls) grows by (785/197)^2, about 15.9, while the patch embedding costs 3 * 224 * 224 * 192
+    MACs at every patch size that divides the image. The closed form must agree with each count."""
+    flops = {patch: counted_flops(patch) for patch in (8, 16, 32)}
+    assert Fraction(flops[8]["aten.bmm"], flops[16]["aten.bmm"]) == Fraction(785, 197) ** 2
+    for patch, variant in lecture.items():
+        assert flops[patch]["aten.convolution"] == 2 * 3 * 224 * 224 * 192
+        assert flops[patch]["aten.bmm"] == 2 * variant.macs().attention
+        assert flops[patch]["aten.addmm"] + flops[patch]["aten.convolution"] == 2 * variant.macs().rest
 
 
 def test_pad_matches_timms_dynamic_img_pad(tiny):
@@ -100,7 +117,9 @@ def test_pad_matches_timms_dynamic_img_pad(tiny):
     assert (padded.padded_size, padded.grid_side, padded.padding) == (228, 19, 4)
     torch.manual_seed(1)
     ours = build_variant(padded, "cpu")
-    timms = timm.create_model(DEFAULT_MODEL, pretrained=False, patch_size=12, img_size=228, dynamic_img_pad=True, dynamic_img_size=True).eval()
+    timms = timm.create_model(
+        DEFAULT_MODEL, pretrained=False, patch_size=12, img_size=228, dynamic_img_pad=True, dynamic_img_size=True
+    ).eval()
     timms.load_state_dict(ours.state_dict())
     image = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
@@ -108,23 +127,45 @@ def test_pad_matches_timms_dynamic_img_pad(tiny):
     assert count_variant(padded)[0] == padded.macs()
 
 
-def test_adapted_at_its_own_patch_size_is_the_checkpoint(vit, photo, lecture):
+def resampled_by_hand(vit, patch: int) -> torch.nn.Module:
+    """The checkpoint at another patch size, built without vitcli: a fresh timm model at that patch size loaded with
+    the kernel resampled by timm's resample_patch_embed and the position table by resample_abs_pos_embed."""
+    from timm.layers import resample_abs_pos_embed, resample_patch_embed
+
+    side = 224 // patch
+    state = {name: tensor.clone() for name, tensor in vit.net.state_dict().items()}
+    state["patch_embed.proj.weight"] = resample_patch_embed(state["patch_embed.proj.weight"], [patch, patch])
+    state["pos_embed"] = resample_abs_pos_embed(state["pos_embed"], new_size=[side, side], num_prefix_tokens=1)
+    net = timm.create_model(DEFAULT_MODEL, pretrained=False, patch_size=patch)
+    net.load_state_dict(state)
+    return net.eval()
+
+
+def test_adapted_predictions_match_a_model_resampled_by_hand(vit, newfoundland, lecture):
     before = vit.parameter_sha256
-    image = vit.prepare(photo).input[None]
+    prepared = vit.prepare(newfoundland)
+    image = prepared.input[None]
     with torch.inference_mode():
         same = adapt_net(vit.net, lecture[16])(image)
+        by_hand = resampled_by_hand(vit, 8)(image).softmax(dim=-1)[0]
     assert torch.equal(same, vit.logits(image))
-    run = adapt_and_predict(vit, [lecture[8], lecture[16]], photo)
+    run = adapt_and_predict(vit, [lecture[8], lecture[16]], prepared)
     predictions = run.predictions
     assert run.native_logit_difference == 0
-    for prediction in predictions.values():
-        assert prediction.probabilities_sum == pytest.approx(1, abs=1e-5)
-        assert 0 <= prediction.native_top1_probability <= prediction.top1_probability <= 1
     native_top1 = int(vit.probabilities(image)[0].argmax())
     assert predictions[16].top1_index == run.native_top1_index == native_top1
     assert predictions[16].top1_probability == pytest.approx(float(vit.probabilities(image)[0, native_top1]), abs=1e-6)
+    # On this image patch 8 changes the top-1, so its probability and the native class's are told apart.
+    assert predictions[8].top1_index == int(by_hand.argmax()) != native_top1
+    assert predictions[8].top1_probability == pytest.approx(float(by_hand.max()), abs=1e-6)
+    assert predictions[8].native_top1_probability == pytest.approx(float(by_hand[native_top1]), abs=1e-6)
     # The shared network is a deep copy away from every adaptation.
     assert vit.net.patch_embed.patch_size == (16, 16) and vit.parameter_sha256 == state_sha(vit.net) == before
+
+
+def read_csv(path):
+    with path.open(newline="") as stream:
+        return list(csv.DictReader(stream))
 
 
 def state_sha(net):
@@ -161,10 +202,15 @@ def test_live_tensor_peak_counts_tensors_alive_together():
 # ----- the command
 
 
-def test_cli_table_needs_no_weights(cli):
+def test_cli_table_needs_no_weights(cli, monkeypatch):
+    import vitcli.loading
+
+    def no_weights(*_arguments):
+        raise AssertionError("the counts loaded a model")
+
+    monkeypatch.setattr(vitcli.loading, "load_model", no_weights)
     result = cli("compare-patch-size")
     assert result.exit_code == 0, result.stderr
-    assert "loading" not in result.stderr
     assert NOTE in result.stdout
     for number in ("616,225", "38,809", "15.88", "16.00", "784", "196", "49"):
         assert number in result.stdout
@@ -174,9 +220,15 @@ def test_cli_json_and_files(cli, workdir):
     result = cli("compare-patch-size", "--patch-sizes", "8,32", "-f", "json")
     assert result.exit_code == 0, result.stderr
     assert "added the checkpoint's own patch size 16" in result.stderr
-    document = json.loads(result.stdout)
+    [document] = json.loads(result.stdout)["results"]
     assert document["provenance"]["comparison"] == NOTE
-    [comparison] = document["results"]
+    assert document["experiment"]["settings"] == {
+        "patch_sizes": [8, 16, 32],
+        "image_size": 224,
+        "pad": False,
+        "measure": False,
+    }
+    comparison = document["result"]
     assert comparison["comparison"] == NOTE
     variants = {entry["patch_size"]: entry for entry in comparison["variants"]}
     assert sorted(variants) == [8, 16, 32]
@@ -185,30 +237,58 @@ def test_cli_json_and_files(cli, workdir):
     for entry in variants.values():
         assert entry["macs_attention_counted"] == entry["macs_attention_closed_form"]
         assert entry["macs_total_counted"] == entry["macs_total_closed_form"]
-    folder = workdir / "outputs" / "compare-patch-size"
-    rows = (folder / "patch_sizes.csv").read_text().splitlines()
-    assert len(rows) == 4 and rows[0].startswith("comparison,") and rows[0].endswith(",weights")
-    assert all(row.startswith(NOTE) for row in rows[1:])
-    assert json.loads((folder / "patch_sizes.json").read_text())["results"][0]["variants"][0]["patch_size"] == 8
-    assert (folder / "patch_sizes.png").read_bytes().startswith(b"\x89PNG")
+    files = result_files(workdir / "outputs", "patch-sizes-p8_16_32-i224")
+    assert files["json"].parent.name == "model"  # about the model alone: no image
+    rows = read_csv(files["csv"])
+    assert len(rows) == 3 and list(rows[0])[:6] == ["image", "image_sha256", "model", "weights", "result", "comparison"]
+    assert {row["comparison"] for row in rows} == {NOTE} and {row["weights"] for row in rows} == {ARCHITECTURE_ONLY}
+    assert json.loads(files["json"].read_text())["result"]["variants"][0]["patch_size"] == 8
+    assert files["png"].read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_cli_measure_is_labelled_and_consistent(cli):
     result = cli(
-        "compare-patch-size", "--model", "vit_tiny_patch16_224", "--image-size", "64", "--patch-sizes", "16,32",
-        "--measure", "--runs", "3", "--warmup", "1", "--batch-size", "2", "--device", "cpu", "-f", "json",
+        "compare-patch-size",
+        "--model",
+        "vit_tiny_patch16_224",
+        "--image-size",
+        "64",
+        "--patch-sizes",
+        "16,32",
+        "--measure",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "2",
+        "--device",
+        "cpu",
+        "-f",
+        "json",
     )
     assert result.exit_code == 0, result.stderr
-    variants = {entry["patch_size"]: entry for entry in json.loads(result.stdout)["results"][0]["variants"]}
+    [document] = json.loads(result.stdout)["results"]
+    assert document["experiment"]["name"] == "patch-sizes-p16_32-i64-measure-r3-w1"
+    variants = {entry["patch_size"]: entry for entry in document["result"]["variants"]}
     for entry in variants.values():
         measurement = entry["measurement"]
         assert (measurement["batch_size"], measurement["runs"], measurement["warmup"]) == (2, 3, 1)
-        assert measurement["median_latency_ms_per_image"] == pytest.approx(statistics.median(measurement["latencies_ms_per_batch"]) / 2)
+        assert measurement["median_latency_ms_per_image"] == pytest.approx(
+            statistics.median(measurement["latencies_ms_per_batch"]) / 2
+        )
         assert measurement["median_latency_ms_per_image"] > 0
         assert "tensors created during one forward" in measurement["memory_method"]
     # 17 rows against 5: every activation is bigger at patch 16.
     assert variants[16]["peak_memory_bytes"] > variants[32]["peak_memory_bytes"] > 0
-    assert variants[16]["latency_ratio_vs_native"] == 1
+    # The ratios, recomputed from the raw timings and peaks, are patch 32's against patch 16's.
+    native, other = variants[16]["measurement"], variants[32]["measurement"]
+    latency = statistics.median(other["latencies_ms_per_batch"]) / statistics.median(native["latencies_ms_per_batch"])
+    assert variants[32]["latency_ratio_vs_native"] == pytest.approx(latency, rel=1e-12)
+    assert variants[32]["peak_memory_ratio_vs_native"] == pytest.approx(
+        other["peak_memory_bytes"] / native["peak_memory_bytes"], rel=1e-12
+    )
 
 
 def test_cli_adapt_is_labelled(cli, workdir, photo):
@@ -216,10 +296,13 @@ def test_cli_adapt_is_labelled(cli, workdir, photo):
     assert result.exit_code == 0, result.stderr
     flat = " ".join(result.stdout.split())
     assert ADAPTED_NOTE in flat and "RANDOM (seed 0)" in flat
-    csv_rows = (workdir / "outputs" / "compare-patch-size" / "patch_sizes.csv").read_text().splitlines()
-    header = csv_rows[0].split(",")
-    assert {"adapted", "top1_label", "top1_probability", "native_top1_probability"} <= set(header)
-    assert all(ADAPTED_NOTE in row and "RANDOM (seed 0)" in row for row in csv_rows[1:])
+    files = result_files(workdir / "outputs", "patch-sizes-p16_32-i224-adapted")
+    assert files["json"].parent.name.startswith(photo.stem)  # about the image it ran on
+    rows = read_csv(files["csv"])
+    assert {"adapted", "top1_label", "top1_probability", "native_top1_probability"} <= set(rows[0])
+    assert {(row["adapted"], row["weights"], row["image"]) for row in rows} == {
+        (ADAPTED_NOTE, "RANDOM (seed 0)", str(photo))
+    }
 
 
 @pytest.mark.parametrize(
@@ -230,10 +313,13 @@ def test_cli_adapt_is_labelled(cli, workdir, photo):
         (["--patch-sizes", "12"], "patch size 12 does not divide the 224-pixel image"),
         (["--patch-sizes", ""], "--patch-sizes is empty"),
         (["--patch-sizes", "8,x"], "'x' is not a whole number"),
-        (["--image-size", "40", "--patch-sizes", "8"], "the checkpoint's own patch size 16, which every ratio is taken against, does not divide"),
+        (
+            ["--image-size", "40", "--patch-sizes", "8"],
+            "the checkpoint's own patch size 16, which every ratio is taken against, does not divide",
+        ),
     ],
 )
 def test_cli_bad_input(cli, arguments, message):
     result = cli("compare-patch-size", *arguments)
     assert result.exit_code == 2
-    assert message in result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr and result.stderr.count("\n") == 1

@@ -1,6 +1,19 @@
 """The `vitcli` entry point: the Typer app with every command registered."""
 
-from vitcli.commands import attend, batch, compare_patch_size, occlude, patches, predict  # noqa: F401  (registers)
+from vitcli.commands import (  # noqa: F401  (registers)
+    attend,
+    batch,
+    compare,
+    compare_patch_size,
+    explain,
+    lens,
+    occlude,
+    patches,
+    predict,
+    probe,
+    report,
+    trace,
+)
 from vitcli.shell import app, run
 
 __all__ = ["app", "main"]

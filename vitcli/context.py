@@ -163,6 +163,7 @@ class CommandContext:
             runner = Runner(model, self.publisher(self.provenance(model)), self.fail_fast)
             with progress_display(self.show_progress(len(paths))) as progress:
                 runner.run(jobs, paths, report, progress)
+            runner.publish_across_images(paths, report)
         self.emitter.finish()
         self.finish(report)
         return report
@@ -177,23 +178,6 @@ class CommandContext:
 
     def show_progress(self, images: int) -> bool:
         return not self.quiet and sys.stderr.isatty() and images > 0
-
-    # ----- TRANSITIONAL: the old per-command writing API, removed once every command runs through run()/publisher()
-
-    @property
-    def weights(self) -> WeightsSpec:
-        return self.spec
-
-    @cached_property
-    def output(self) -> Any:
-        from vitcli.output import Output, OutputOptions
-
-        return Output(OutputOptions(self.format, self.quiet, self.output_dir / self.command, False))
-
-    def image_directories(self, paths: list[Path]) -> list[Path]:
-        from vitcli.naming import image_subject
-
-        return [self.output.make_directory(self.output_dir / self.command / image_subject(path)) for path in paths]
 
 
 def _file_sha256(path: Path) -> str:

@@ -48,8 +48,13 @@ def draw_grid(panel: Any, grid: PatchGrid, numbers: bool = False, color: str = "
         for patch in range(1, grid.num_patches + 1):
             left, top, right, bottom = grid.pixel_box(patch)
             panel.text(
-                (left + right) / 2, (top + bottom) / 2, str(patch), ha="center", va="center",
-                fontsize=fontsize, color="white",
+                (left + right) / 2,
+                (top + bottom) / 2,
+                str(patch),
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="white",
                 bbox={"facecolor": "black", "alpha": 0.45, "pad": 0.5, "linewidth": 0},
             )
 

@@ -87,6 +87,35 @@ class Job(ABC):
     def present(self, result: Any) -> Presentation:
         """The result as table, rows, JSON body, figure and summary."""
 
+    def present_across_images(self, results: list[Any]) -> Presentation | None:
+        """What the results of several images say together (mean and spread, say), or None when nothing does."""
+        return None
+
+    @property
+    def aggregates(self) -> bool:
+        """Whether the runner should keep this job's results for `present_across_images`."""
+        return type(self).present_across_images is not Job.present_across_images
+
+
+class AcrossImages(Job):
+    """A job's results over a set of images, published as one more result about the set."""
+
+    def __init__(self, job: Job, results: list[Any]):
+        self.job = job
+        self.results = results
+        self.command = job.command  # type: ignore[misc]  (an instance's command: the job it sums up)
+
+    def name(self) -> str:
+        return f"{self.job.name()}-across-images"
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.job.settings(), "images": len(self.results)}
+
+    def present(self, result: Any) -> Presentation:
+        presentation = self.job.present_across_images(result)
+        assert presentation is not None
+        return presentation
+
 
 # Each image command registers how its own options (everything but the images and the shared options) become Jobs;
 # the command calls it, and so does `vitcli run` for each experiment table of a config.

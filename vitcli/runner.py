@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vitcli import interrupts
 from vitcli.errors import VitcliError
-from vitcli.jobs import ImageWork, Job, Presentation, Steps
+from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
 from vitcli.naming import image_subject
 from vitcli.output import Emitter, Messages, csv_text, json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
@@ -133,6 +133,7 @@ class Runner:
         self.skip = skip  # (subject, result name) -> whether that result is already complete (resumed runs)
         self.on_published: Callable[[Published], None] = lambda _published: None
         self.on_chunk_done: Callable[[], None] = lambda: None
+        self.kept: dict[Job, list[Any]] = {}  # results of jobs that sum up several images, in image order
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
         steps = _ProgressSteps(progress)
@@ -157,6 +158,21 @@ class Runner:
             if unreadable is not None:
                 self.fail(report, unreadable)  # --fail-fast: after the images before it, nothing after it
         return report
+
+    def publish_across_images(self, paths: Sequence[Path], report: Report) -> None:
+        """For each job that sums up several images, one more result about the set (when it has two or more)."""
+        from vitcli.naming import set_subject
+
+        subject = set_subject(paths)
+        for job, results in self.kept.items():
+            if len(results) > 1 and job.present_across_images(results) is not None:
+                summary = AcrossImages(job, results)
+                subject_json = {"images": [str(path) for path in paths]}
+                with interrupts.deferred():
+                    files, presentation = self.publisher.publish(subject, subject_json, summary, results)
+                    published = Published(subject, subject_json, summary, files, 0.0, 0.0, presentation.summary)
+                    report.published.append(published)
+                    self.on_published(published)
 
     def _prepare(
         self, chunk: Sequence[Path], report: Report, steps: Steps
@@ -197,6 +213,8 @@ class Runner:
                 published = Published(subject, source, job, paths, *timing, presentation.summary)
                 report.published.append(published)
                 self.on_published(published)
+            if job.aggregates:
+                self.kept.setdefault(job, []).append(result)
         except StoreError:
             raise  # a full disk or a read-only folder fails every image after it too: stop with one line
         except VitcliError as error:

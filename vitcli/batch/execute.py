@@ -81,6 +81,7 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
             manifest.add(Published(MODEL_SUBJECT, None, job, paths_written, 0.0, 0.0, presentation.summary), root)
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
+        runner.publish_across_images(paths, report)
     finally:
         save()
     if report.skipped:

@@ -3,9 +3,10 @@
 manifest.json:
     {"vitcli_manifest": 1, "name", "identity" (config + model hash: runs with equal identity can be merged),
      "config" (as run, after command-line overrides), "provenance", "shard" ("K/N" or null),
-     "results": [{"image", "image_sha256", "subject", "experiment", "command", "settings", "files", "seconds",
-                  "summary"}],
-     "failures": [{"image", "experiment", "error"}], "timings": {experiment: {"results", "seconds"}}}
+     "results": [{"image", "image_sha256", "subject", "experiment", "command", "settings", "files",
+                  "compute_seconds", "write_seconds", "summary"}],
+     "failures": [{"image", "experiment", "error"}],
+     "timings": {experiment: {"results", "compute_seconds", "write_seconds"}}}
 `files` are relative to the manifest's folder. summary.csv has one row per image (sorted by image path): `image`,
 `image_sha256`, then each experiment's headline numbers; a command configured more than once prefixes its columns
 with the result name (`attention-b4-h1-q74.attention_cls_weight`).
@@ -89,7 +90,8 @@ class Manifest:
             "command": published.job.command,
             "settings": published.job.settings(),
             "files": [os.path.relpath(path, root) for path in published.files],
-            "seconds": round(published.seconds, 4),
+            "compute_seconds": round(published.compute_seconds, 4),
+            "write_seconds": round(published.write_seconds, 4),
             "summary": published.summary,
         }
         self.results = [
@@ -107,12 +109,13 @@ class Manifest:
 
 
 def timings(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per experiment: how many results and the seconds they took (compute, presentation and files)."""
+    """Per experiment: how many results, the seconds computing them and the seconds writing their files."""
     totals: dict[str, dict[str, float]] = {}
     for entry in results:
-        total = totals.setdefault(entry["experiment"], {"results": 0, "seconds": 0.0})
+        total = totals.setdefault(entry["experiment"], {"results": 0, "compute_seconds": 0.0, "write_seconds": 0.0})
         total["results"] += 1
-        total["seconds"] = round(total["seconds"] + entry["seconds"], 4)
+        for key in ("compute_seconds", "write_seconds"):
+            total[key] = round(total[key] + entry[key], 4)
     return totals
 
 

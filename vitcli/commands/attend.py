@@ -1,157 +1,211 @@
 from __future__ import annotations
 
-from enum import Enum
-from typing import Annotated
+from enum import StrEnum
+from typing import Annotated, Any
 
 import typer
 
+from vitcli.context import CommandContext
 from vitcli.errors import UsageError
-from vitcli.shell import CommandContext, ImagesArgument, vitcli_command
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
 
 
-class HeadFusion(str, Enum):
+class View(StrEnum):
+    map = "map"
+    summary = "summary"
+    rollout = "rollout"
+    all_blocks = "all-blocks"
+
+
+class HeadFusion(StrEnum):
     mean = "mean"
     max = "max"
     min = "min"
 
 
+DEFAULT_TOP_K = 10
 _ROLLOUT = "Rollout options"
 
 
-@vitcli_command("attend")
+class AttendJob(Job):
+    """One view of one query's attention; the query, blocks and heads are resolved against the grid by check()."""
+
+    command = "attend"
+    needs_classes = False
+
+    def __init__(
+        self,
+        view: View,
+        block: int | None,
+        head: int | None,
+        all_heads: bool,
+        query: str,
+        head_fusion: str,
+        discard_ratio: float,
+        top_k: int,
+    ):
+        self.view = view
+        self.block, self.head, self.all_heads = block, head, all_heads
+        self.query_text = query
+        self.head_fusion, self.discard_ratio = head_fusion, discard_ratio
+        self.top_k = top_k
+        self.query: Any = None  # experiments.attention.Query; None with --query all
+        self.blocks: list[int] = []  # one-based, for map and all-blocks
+        self.heads: list[int] = []
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments import attention
+        from vitcli.experiments.rollout import check_rollout_options
+
+        grid = architecture.grid
+        attention.check_top_k(grid, self.top_k)
+        if not (self.view is View.summary and self.query_text.strip().lower() == "all"):
+            self.query = attention.parse_query(grid, self.query_text)
+        if self.view is View.rollout:
+            check_rollout_options(self.head_fusion, self.discard_ratio)
+        if self.view in (View.map, View.all_blocks):
+            self.blocks = attention.resolve_blocks(architecture.depth, self.block, self.view is View.all_blocks)
+            self.heads = attention.resolve_heads(architecture.num_heads, self.head, self.all_heads)
+
+    def name(self) -> str:
+        query = setting("q", "all" if self.query is None else _query_part(self.query))
+        top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)
+        if self.view is View.summary:
+            return result_name("attention-summary", query)
+        if self.view is View.rollout:
+            fusion, discard = setting("f", self.head_fusion), setting("d", float(self.discard_ratio))
+            return result_name("rollout", fusion, discard, query, top_k)
+        blocks = setting("b", "all" if self.view is View.all_blocks else self.block)
+        heads = setting("h", "all" if self.all_heads else self.head)
+        return result_name("attention", blocks, heads, query, top_k)
+
+    def settings(self) -> dict[str, Any]:
+        chosen: dict[str, Any] = {
+            "view": self.view.value,
+            "query": "all" if self.query is None else self.query.name,
+            "query_token": None if self.query is None else self.query.token,
+        }
+        if self.view in (View.map, View.all_blocks):
+            chosen |= {"blocks": self.blocks, "heads": self.heads, "top_k": self.top_k}
+        if self.view is View.rollout:
+            chosen |= {"head_fusion": self.head_fusion, "discard_ratio": self.discard_ratio, "top_k": self.top_k}
+        return chosen
+
+    def compute(self, work: ImageWork) -> Any:
+        model, images = work.model, [work.image]
+        # A model the explicit forward cannot follow fails here, before any trace.
+        model.require_standard_blocks()
+        if self.view is View.summary:
+            from vitcli.experiments.attention_summary import summarize
+
+            (result,) = summarize(model, images, self.query)
+        elif self.view is View.rollout:
+            from vitcli.experiments.rollout import rollout
+
+            (result,) = rollout(model, images, self.query, self.head_fusion, self.discard_ratio, self.top_k)
+        else:
+            from vitcli.experiments.attention import attend
+
+            (result,) = attend(model, images, self.query, self.blocks, self.heads, self.top_k)
+        return result
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import attention, attention_summary, rollout
+
+        view = {View.summary: attention_summary, View.rollout: rollout}.get(self.view, attention)
+        # A summary is a table of numbers: it has no figure.
+        figure = None if view is attention_summary else (lambda: view.figure(result))
+        return Presentation(
+            view.table(result), view.rows(result), view.document(result), figure=figure, summary=view.summary(result)
+        )
+
+
+def _query_part(query: Any) -> str:
+    """A query in a file name: the patch number (74), or the prefix token's name in lower case (cls)."""
+    return str(query.patch) if query.patch is not None else query.name.lower()
+
+
+@builds_jobs("attend")
+def attend_jobs(
+    view: View | str = View.map,
+    block: int | None = None,
+    head: int | None = None,
+    all_heads: bool = False,
+    query: str = "cls",
+    head_fusion: HeadFusion | str | None = None,
+    discard_ratio: float | None = None,
+    top_k: int = DEFAULT_TOP_K,
+) -> list[Job]:
+    """Refuse options the view does not use (no model needed), then one job for the view."""
+    views = [choice.value for choice in View]
+    if view not in views:
+        raise UsageError(f"--view must be one of {', '.join(views)}, not {view}")
+    view = View(view)
+    given = [name for name, present in (("--block", block is not None), ("--head", head is not None)) if present]
+    given += ["--all-heads"] if all_heads else []
+    if view is View.summary and given:
+        raise UsageError(f"--view summary covers every block and head: drop {', '.join(given)}")
+    if view is View.rollout and given:
+        raise UsageError(f"--view rollout fuses the heads of every block: drop {', '.join(given)}")
+    if view is View.all_blocks and block is not None:
+        raise UsageError(f"--view all-blocks covers every block: drop --block {block}")
+    if view is not View.rollout and (head_fusion is not None or discard_ratio is not None):
+        raise UsageError("--head-fusion and --discard-ratio only apply to --view rollout")
+    if query.strip().lower() == "all" and view is not View.summary:
+        raise UsageError("--query all only works with --view summary; otherwise give one query (a patch, r5c3 or cls)")
+    fusion = str(head_fusion or HeadFusion.mean)
+    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k)]
+
+
+@vitcli_command(
+    "attend",
+    examples=[
+        "vitcli attend examples/images/newfoundland_31.jpg --block 4 --head 1 --query 74",
+        "vitcli attend examples/images/newfoundland_31.jpg --view all-blocks --all-heads --query r5c3",
+        "vitcli attend examples/images --view summary --query all --format csv",
+    ],
+)
 def attend_command(
     context: CommandContext,
     images: ImagesArgument = None,
-    block: Annotated[int | None, typer.Option(help="Block, counted from 1.", show_default=False)] = None,
+    view: Annotated[
+        View,
+        typer.Option(
+            help="map: one block (--block) and head (--head or --all-heads); all-blocks: the query through every "
+            "block; summary: one row per block x head; rollout: attention rollout through every block."
+        ),
+    ] = View.map,
+    block: Annotated[int | None, typer.Option(help="Block, counted from 1 (--view map).", show_default=False)] = None,
     head: Annotated[int | None, typer.Option(help="Head, counted from 1.", show_default=False)] = None,
+    all_heads: Annotated[
+        bool, typer.Option("--all-heads", help="Every head (--view map or all-blocks), on one common scale.")
+    ] = False,
     query: Annotated[
         str,
         typer.Option(
-            help="Query token: a patch (74, P74), a zero-based grid position (r5c3), cls; 'all' with --summary."
+            help="Query token: a patch (74, P74), a zero-based grid position (r5c3), cls; 'all' with --view summary."
         ),
     ] = "cls",
-    all_heads: Annotated[
-        bool,
-        typer.Option("--all-heads", help="Every head of the block, on one common scale."),
-    ] = False,
-    all_blocks: Annotated[bool, typer.Option("--all-blocks", help="The same query through every block.")] = False,
-    summary: Annotated[
-        bool,
-        typer.Option(
-            "--summary",
-            help="One row per block x head: CLS mass, entropy, mean distance, top source.",
-        ),
-    ] = False,
-    rollout: Annotated[
-        bool,
-        typer.Option(
-            "--rollout",
-            help="Attention rollout through every block (not a single head's weights).",
-            rich_help_panel=_ROLLOUT,
-        ),
-    ] = False,
     head_fusion: Annotated[
         HeadFusion | None,
-        typer.Option(
-            help="How rollout fuses the heads (default mean).",
-            show_default=False,
-            rich_help_panel=_ROLLOUT,
-        ),
+        typer.Option(help="How rollout fuses the heads (default mean).", show_default=False, rich_help_panel=_ROLLOUT),
     ] = None,
     discard_ratio: Annotated[
         float | None,
         typer.Option(
-            help="Rollout: share of each row's smallest weights set to 0, CLS kept (default 0).",
+            help="Rollout: share of each row's smallest entries set to 0, CLS kept (default 0).",
             show_default=False,
             rich_help_panel=_ROLLOUT,
         ),
     ] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many top sources the table lists.")] = 10,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many top sources the table lists.")] = DEFAULT_TOP_K,
 ) -> None:
-    """Exact attention weights of one query for any block and head: table, maps, summaries and rollout.
+    """Exact attention of one query for any block and head: table, maps, summaries and rollout.
 
-    The weights are softmax(q k^T * scale) over all tokens (CLS included), never renormalized; nothing is printed unless the explicit computation reproduces the model's own attention output.
+    The attention is softmax(q k^T * scale) over all tokens (CLS included), never renormalized; nothing is printed
+    unless the explicit computation reproduces the model's own attention output.
     """
-    from vitcli import attend as core
-    from vitcli.output import run_document, write_csv, write_figure, write_json
-
-    _check_combinations(
-        block,
-        head,
-        query,
-        all_heads,
-        all_blocks,
-        summary,
-        rollout,
-        head_fusion,
-        discard_ratio,
-    )
-    paths = context.images(images)
-    model = context.model()
-    model.require_standard_blocks()
-    everyone = summary and query.strip().lower() == "all"
-    chosen = None if everyone else core.parse_query(model.grid, query)
-    if summary:
-        results = core.summarize(model, paths, chosen)
-    elif rollout:
-        fusion = (head_fusion or HeadFusion.mean).value
-        results = core.rollout(model, paths, chosen, fusion, discard_ratio or 0.0, top_k)
-    else:
-        blocks = core.resolve_blocks(model, block, all_blocks)
-        heads = core.resolve_heads(model, head, all_heads)
-        results = core.attend(model, paths, chosen, blocks, heads, top_k)
-    provenance = context.provenance(model)
-    for result, folder in zip(results, context.image_directories(paths)):
-        if summary:
-            written = [
-                write_csv(folder / "summary.csv", result.rows()),
-                write_json(folder / "summary.json", run_document([result], provenance)),
-            ]
-        elif rollout:
-            written = [
-                write_csv(folder / "rollout.csv", result.rows()),
-                write_json(folder / "rollout.json", run_document([result], provenance)),
-                write_figure(folder / "rollout.png", core.rollout_figure(result)),
-            ]
-        else:
-            written = [
-                write_csv(folder / "attention.csv", result.rows()),
-                write_json(folder / "attention.json", run_document([result], provenance)),
-                write_figure(folder / "attention.png", core.attention_figure(result)),
-            ]
-        context.output.wrote(written)
-    context.output.emit(results, provenance)
-
-
-def _check_combinations(
-    block: int | None,
-    head: int | None,
-    query: str,
-    all_heads: bool,
-    all_blocks: bool,
-    summary: bool,
-    rollout: bool,
-    head_fusion: HeadFusion | None,
-    discard_ratio: float | None,
-) -> None:
-    """Refuse option combinations that mean nothing, before the model is loaded."""
-    chosen = [
-        name
-        for name, given in (
-            ("--block", block is not None),
-            ("--head", head is not None),
-            ("--all-heads", all_heads),
-            ("--all-blocks", all_blocks),
-        )
-        if given
-    ]
-    if summary and rollout:
-        raise UsageError("--summary and --rollout are two different views: choose one")
-    if summary and chosen:
-        raise UsageError(f"--summary covers every block and head: drop {', '.join(chosen)}")
-    if rollout and chosen:
-        raise UsageError(f"--rollout fuses the heads of every block: drop {', '.join(chosen)}")
-    if not rollout and (head_fusion is not None or discard_ratio is not None):
-        raise UsageError("--head-fusion and --discard-ratio only apply with --rollout")
-    if query.strip().lower() == "all" and not summary:
-        raise UsageError("--query all only works with --summary; otherwise give one query (a patch, r5c3 or cls)")
+    context.run(attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k), images)

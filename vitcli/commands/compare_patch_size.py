@@ -1,79 +1,203 @@
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from vitcli.shell import CommandContext, vitcli_command
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import MODEL_SUBJECT, result_name, setting
+from vitcli.shell import vitcli_command
 
 
-@vitcli_command("compare-patch-size")
+class PatchSizeJob(Job):
+    """The architecture at several patch sizes: counted (no weights), optionally timed; the variants are planned
+    against the model's dimensions by check()."""
+
+    command = "compare-patch-size"
+    needs_classes = False
+    scope = "model"
+
+    def __init__(
+        self, patch_sizes: list[int], image_size: int | None, pad: bool, measure: bool, runs: int, warmup: int
+    ):
+        self.patch_sizes = patch_sizes
+        self.image_size, self.pad = image_size, pad
+        self.measure, self.runs, self.warmup = measure, runs, warmup
+        self.variants: list[Any] = []  # experiments.patch_size_variants.Variant, smallest patch first
+        self.dimensions: Any = None  # experiments.patch_size_variants.Dimensions
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.patch_size_variants import plan_variants, read_dimensions
+
+        self.dimensions = read_dimensions(architecture.name)
+        size = self.dimensions.native_image if self.image_size is None else self.image_size
+        self.variants = plan_variants(self.dimensions, self.patch_sizes, size, self.pad)
+
+    @property
+    def added_native(self) -> bool:
+        """The checkpoint's own patch size was not asked for: every ratio needs it."""
+        return self.dimensions.native_patch not in self.patch_sizes
+
+    def name(self) -> str:
+        variant = self.variants[0]
+        measured = ["measure", setting("r", self.runs), setting("w", self.warmup)] if self.measure else []
+        return result_name(
+            "patch-sizes",
+            setting("p", [variant.patch_size for variant in self.variants]),
+            setting("i", variant.image_size),
+            setting("pad", self.pad),
+            *measured,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        chosen: dict[str, Any] = {
+            "patch_sizes": [variant.patch_size for variant in self.variants],
+            "image_size": self.variants[0].image_size,
+            "pad": self.pad,
+            "measure": self.measure,
+        }
+        return chosen | ({"runs": self.runs, "warmup": self.warmup} if self.measure else {})
+
+    def measure_settings(self, device: Any, batch_size: int, seed: int) -> Any:
+        """What --measure needs, or None without it."""
+        from vitcli.experiments.patch_size_measure import MeasureSettings
+
+        return MeasureSettings(device, batch_size, self.runs, self.warmup, seed) if self.measure else None
+
+    def compute_once(self, model: Any) -> Any:
+        from vitcli.experiments.patch_size import compare_patch_sizes
+
+        return compare_patch_sizes(
+            self.variants, self.measure_settings(model.device, model.batch_size, model.spec.seed)
+        )
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import patch_size as view
+
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result),
+            summary=view.summary(result),
+        )
+
+
+class AdaptedPatchSizeJob(PatchSizeJob):
+    """The same comparison with the checkpoint itself resampled to each patch size and run on one image."""
+
+    needs_classes = True
+    scope = "image"
+
+    def name(self) -> str:
+        return result_name(super().name(), "adapted")
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.patch_size import compare_patch_sizes
+
+        model = work.model
+        settings = self.measure_settings(model.device, model.batch_size, model.spec.seed)
+        return compare_patch_sizes(self.variants, settings, adapt=(model, work.image))
+
+
+@builds_jobs("compare-patch-size")
+def compare_patch_size_jobs(
+    patch_sizes: str = "8,16,32",
+    image_size: int | None = None,
+    pad: bool = False,
+    measure: bool = False,
+    runs: int = 10,
+    warmup: int = 2,
+    adapt: str | None = None,
+) -> list[Job]:
+    """One job: about the model alone, or, with --adapt, about that image."""
+    from vitcli.experiments.patch_size_variants import parse_patch_sizes
+
+    if runs < 1 or warmup < 0:
+        raise UsageError(f"--runs must be at least 1 and --warmup at least 0, not {runs} and {warmup}")
+    kind = PatchSizeJob if adapt is None else AdaptedPatchSizeJob
+    return [kind(parse_patch_sizes(patch_sizes), image_size, pad, measure, runs, warmup)]
+
+
+@vitcli_command(
+    "compare-patch-size",
+    examples=[
+        "vitcli compare-patch-size",
+        "vitcli compare-patch-size --patch-sizes 8,14,32 --pad --measure --device cpu",
+        "vitcli compare-patch-size --adapt examples/images/newfoundland_31.jpg",
+    ],
+)
 def compare_patch_size_command(
     context: CommandContext,
     patch_sizes: Annotated[
-        str, typer.Option("--patch-sizes", "-p", help="Comma-separated patch sizes in pixels; the checkpoint's own is always added.")
+        str,
+        typer.Option(
+            "--patch-sizes", "-p", help="Comma-separated patch sizes in pixels; the checkpoint's own is always added."
+        ),
     ] = "8,16,32",
     image_size: Annotated[
-        int | None, typer.Option("--image-size", help="Image side in pixels (default: the checkpoint's, 224).", show_default=False)
+        int | None,
+        typer.Option("--image-size", help="Image side in pixels (default: the checkpoint's, 224).", show_default=False),
     ] = None,
     pad: Annotated[
-        bool, typer.Option("--pad", help="Allow patch sizes that do not divide the image: zero-pad right and bottom as timm's dynamic_img_pad.")
+        bool,
+        typer.Option(
+            "--pad",
+            help="Allow patch sizes that do not divide the image: zero-pad right and bottom as timm's dynamic_img_pad.",
+        ),
     ] = False,
     measure: Annotated[
-        bool, typer.Option("--measure", help="Also time each variant (random init) on --device and measure its peak memory.")
+        bool,
+        typer.Option("--measure", help="Also time each variant (random init) on --device and measure its peak memory."),
     ] = False,
-    runs: Annotated[int, typer.Option("--runs", min=1, help="Timed forwards per variant with --measure (the median is shown).")] = 10,
+    runs: Annotated[
+        int, typer.Option("--runs", min=1, help="Timed forwards per variant with --measure (the median is shown).")
+    ] = 10,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed forwards before timing with --measure.")] = 2,
     adapt: Annotated[
         str | None,
-        typer.Option("--adapt", metavar="IMAGE", help="Resample the checkpoint to each patch size and run IMAGE (adapted, not retrained).", show_default=False),
+        typer.Option(
+            "--adapt",
+            metavar="IMAGE",
+            help="Resample the checkpoint to each patch size and run IMAGE (adapted, not retrained).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
-    from vitcli.errors import UsageError
-    from vitcli.loading import default_batch_size, resolve_device
-    from vitcli.output import run_document, write_csv, write_figure, write_json
-    from vitcli.patch_size import (
-        MeasureSettings,
-        architecture_provenance,
-        chart,
-        compare_patch_sizes,
-        parse_patch_sizes,
-        plan_variants,
-        read_architecture,
-    )
-
-    architecture = read_architecture(context.weights.model_name)
-    requested = parse_patch_sizes(patch_sizes)
-    variants = plan_variants(architecture, requested, architecture.native_image if image_size is None else image_size, pad)
-    if architecture.native_patch not in requested:
-        context.output.message(f"added the checkpoint's own patch size {architecture.native_patch}: every ratio is taken against it")
-    settings = None
-    if measure:
-        device = resolve_device(context.device)
-        batch_size = context.batch_size or default_batch_size(device)
-        settings = MeasureSettings(device, batch_size, runs, warmup, context.weights.seed)
-    adapted = None
-    if adapt is None and (context.weights.random or context.weights.checkpoint is not None):
-        context.output.message("the counts need no weights: --weights and --checkpoint are used only with --adapt")
+    jobs = compare_patch_size_jobs(patch_sizes, image_size, pad, measure, runs, warmup, adapt)
+    context.check(jobs)
+    (job,) = jobs
+    if job.added_native:
+        context.messages.info(
+            f"added the checkpoint's own patch size {job.dimensions.native_patch}: every ratio is taken against it"
+        )
     if adapt is not None:
         paths = context.images([adapt])
         if len(paths) != 1:
             raise UsageError(f"--adapt takes one image, not {len(paths)} ({adapt})")
-        adapted = (context.model(), paths[0])
-    comparison = compare_patch_sizes(variants, settings, adapted, context.output.message)
-    if adapted is not None:
-        provenance = context.provenance(adapted[0])
-    else:
-        provenance = {**architecture_provenance(architecture), "command": context.command_line}
-    provenance["comparison"] = comparison.note
-    folder = context.output.directory(Path("outputs", "compare-patch-size"))
-    context.output.wrote(
-        [
-            write_csv(folder / "patch_sizes.csv", comparison.rows()),
-            write_json(folder / "patch_sizes.json", run_document([comparison], provenance)),
-            write_figure(folder / "patch_sizes.png", chart(comparison)),
-        ]
-    )
-    context.output.emit([comparison], provenance)
+        context.run(jobs, [str(paths[0])])
+        return
+    if context.spec.random or context.spec.checkpoint is not None:
+        context.messages.info("the counts need no weights: --weights and --checkpoint are used only with --adapt")
+    _count_without_weights(context, job)
+
+
+def _count_without_weights(context: CommandContext, job: PatchSizeJob) -> None:
+    """The comparison about the model alone, computed without loading weights and published under `model`."""
+    from vitcli.experiments.patch_size import ARCHITECTURE_ONLY, compare_patch_sizes
+    from vitcli.loading import default_batch_size, resolve_device
+    from vitcli.presentation.patch_size import dimensions_provenance
+
+    device = resolve_device(context.device)
+    settings = job.measure_settings(device, context.batch_size or default_batch_size(device), context.spec.seed)
+    result = compare_patch_sizes(job.variants, settings, progress=context.messages.info)
+    provenance = {
+        **dimensions_provenance(job.dimensions),
+        "weights_label": ARCHITECTURE_ONLY,
+        "command": context.command_line,
+        "comparison": result.note,
+    }
+    context.publish([(job, result, MODEL_SUBJECT, None)], provenance)

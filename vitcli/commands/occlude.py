@@ -1,23 +1,29 @@
 from __future__ import annotations
 
-from enum import Enum
-from functools import partial
-from typing import Annotated
+from enum import StrEnum
+from typing import Annotated, Any
 
 import typer
 
-from vitcli.shell import CommandContext, ImagesArgument, vitcli_command
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
 
 TargetOption = Annotated[
     str | None,
     typer.Option(
-        "--target", "-t", help="Class to follow: an index (256) or a label (Newfoundland). Default: the clean top-1.",
+        "--target",
+        "-t",
+        help="Class to follow: an index (256) or a label (Newfoundland). Default: the clean top-1.",
         show_default=False,
     ),
 ]
 
 
-class Fill(str, Enum):
+class Fill(StrEnum):
     gray = "gray"
     black = "black"
     white = "white"
@@ -34,33 +40,145 @@ FillOption = Annotated[
 ]
 
 
-@vitcli_command("occlude-quadrants")
+class OcclusionJob(Job):
+    """Covers over one image and the fall of the target probability; the target is resolved by check()."""
+
+    command = "occlude-quadrants"
+
+    def __init__(self, target: str | None, fill: Fill):
+        self.target_text = target
+        self.fill = fill
+        self.target: int | None = None  # class index; None follows each image's clean top-1
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.occlusion import parse_target
+
+        self.target = parse_target(architecture.labels, self.target_text)
+
+    @property
+    def target_part(self) -> str:
+        return "ttop1" if self.target is None else f"t{self.target}"
+
+    def target_argument(self) -> str | None:
+        return None if self.target is None else str(self.target)
+
+    def name(self) -> str:
+        return result_name("occlusion-quadrants", self.fill.value, self.target_part)
+
+    def settings(self) -> dict[str, Any]:
+        return {"fill": self.fill.value, "target": "top1" if self.target is None else self.target}
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.occlusion import occlude_quadrants
+
+        return occlude_quadrants(
+            work.model, work.image, self.target_argument(), self.fill.value, clean_logits=work.clean_logits()
+        )
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import occlusion as view
+
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result),
+            summary=view.summary(result),
+        )
+
+
+class PatchOcclusionJob(OcclusionJob):
+    """Square covers slid over the input; the windows are laid on the grid by check()."""
+
+    command = "occlude-patches"
+
+    def __init__(self, target: str | None, fill: Fill, size: int | None, stride: int | None):
+        super().__init__(target, fill)
+        self.size, self.stride = size, stride
+        self.windows: Any = None  # experiments.occlusion.SlidingWindows
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.occlusion import SlidingWindows
+
+        super().check(architecture)
+        size = self.size if self.size is not None else architecture.grid.patch_size
+        self.windows = SlidingWindows(architecture.grid, size, self.stride if self.stride is not None else size)
+
+    def name(self) -> str:
+        windows = self.windows
+        return result_name(
+            "occlusion-patches",
+            setting("s", windows.size),
+            setting("st", windows.stride),
+            self.fill.value,
+            self.target_part,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "size": self.windows.size, "stride": self.windows.stride}
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.occlusion import occlude_patches
+
+        work.steps.start(len(self.windows), f"occluding {work.image.source.path.name}")
+        return occlude_patches(
+            work.model,
+            work.image,
+            self.windows,
+            self.target_argument(),
+            self.fill.value,
+            on_batch=work.steps.advance,
+            clean_logits=work.clean_logits(),
+        )
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import occlusion as view
+
+        presentation = super().present(result)
+        presentation.extra_files = {"grid.csv": view.drop_grid_text(result)}
+        return presentation
+
+
+def _fill(fill: Fill | str) -> Fill:
+    fills = [choice.value for choice in Fill]
+    if fill not in fills:
+        raise UsageError(f"--fill must be one of {', '.join(fills)}, not {fill}")
+    return Fill(fill)
+
+
+@builds_jobs("occlude-quadrants")
+def occlude_quadrants_jobs(target: str | None = None, fill: Fill | str = Fill.gray) -> list[Job]:
+    return [OcclusionJob(target, _fill(fill))]
+
+
+@builds_jobs("occlude-patches")
+def occlude_patches_jobs(
+    target: str | None = None, fill: Fill | str = Fill.gray, size: int | None = None, stride: int | None = None
+) -> list[Job]:
+    return [PatchOcclusionJob(target, _fill(fill), size, stride)]
+
+
+@vitcli_command(
+    "occlude-quadrants",
+    examples=[
+        "vitcli occlude-quadrants examples/images/newfoundland_31.jpg",
+        "vitcli occlude-quadrants examples/images --target Newfoundland --fill black --format csv",
+    ],
+)
 def occlude_quadrants_command(
     context: CommandContext, images: ImagesArgument = None, target: TargetOption = None, fill: FillOption = Fill.gray
 ) -> None:
-    """Cover each 112x112 quadrant in turn: how far does the target probability fall?"""
-    from vitcli.occlusion import occlude_quadrants, quadrant_figure
-    from vitcli.output import run_document, write_csv, write_figure, write_json
-
-    paths = context.images(images)
-    model = context.model()
-    provenance = context.provenance(model)
-    results = []
-    for path, folder in zip(paths, context.image_directories(paths)):
-        prepared = model.prepare(path)
-        result = occlude_quadrants(model, prepared, target, fill.value)
-        context.output.wrote(
-            [
-                write_csv(folder / "quadrant_drops.csv", result.rows()),
-                write_json(folder / "quadrant_drops.json", run_document([result], provenance)),
-                write_figure(folder / "quadrants.png", quadrant_figure(model, prepared, result)),
-            ]
-        )
-        results.append(result)
-    context.output.emit(results, provenance)
+    """Cover each quadrant in turn (112x112 on a 224 input): how far does the target probability fall?"""
+    context.run(occlude_quadrants_jobs(target, fill), images)
 
 
-@vitcli_command("occlude-patches")
+@vitcli_command(
+    "occlude-patches",
+    examples=[
+        "vitcli occlude-patches examples/images/newfoundland_31.jpg",
+        "vitcli occlude-patches examples/images/newfoundland_31.jpg --size 32 --stride 16 --fill blur",
+    ],
+)
 def occlude_patches_command(
     context: CommandContext,
     images: ImagesArgument = None,
@@ -73,44 +191,5 @@ def occlude_patches_command(
         int | None, typer.Option(help="Step between covers in pixels (default: the cover size).", show_default=False)
     ] = None,
 ) -> None:
-    """Slide a cover over the input (one per 16x16 patch by default) and map the drop in target probability."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from vitcli.occlusion import SlidingWindows, occlude_patches, patch_figure
-    from vitcli.output import run_document, write_csv, write_figure, write_json, write_text
-
-    paths = context.images(images)
-    model = context.model()
-    window_size = size if size is not None else model.grid.patch_size
-    windows = SlidingWindows(model.grid, window_size, stride if stride is not None else window_size)
-    provenance = context.provenance(model)
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), disable=context.output.options.quiet, transient=True, redirect_stdout=False,
-    )
-    results = []
-    with progress:
-        for path, folder in zip(paths, context.image_directories(paths)):
-            prepared = model.prepare(path)
-            task = progress.add_task(f"occluding {path.name}", total=len(windows))
-            result = occlude_patches(
-                model, prepared, windows, target, fill.value, on_batch=partial(progress.advance, task)
-            )
-            progress.remove_task(task)
-            grid_text = "\n".join(",".join(repr(value) for value in row) for row in result.drop_grid.tolist()) + "\n"
-            context.output.wrote(
-                [
-                    write_csv(folder / "patch_drops.csv", result.rows()),
-                    write_text(folder / "drop_grid.csv", grid_text),
-                    write_json(folder / "patch_drops.json", run_document([result], provenance)),
-                    write_figure(folder / "patch_drops.png", patch_figure(model, prepared, result)),
-                ]
-            )
-            if result.uncovered_pixels:
-                context.output.warn(
-                    f"{result.uncovered_pixels} pixels of {path.name} are under no cover (size {windows.size}, "
-                    f"stride {windows.stride}): their drop is NaN (empty in JSON)"
-                )
-            results.append(result)
-    context.output.emit(results, provenance)
+    """Slide a cover over the input (one per patch by default) and map the drop in target probability."""
+    context.run(occlude_patches_jobs(target, fill, size, stride), images)

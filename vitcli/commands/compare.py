@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError
+from vitcli.jobs import Job, Presentation
+from vitcli.naming import result_name, set_subject, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
+
+
+class CompareJob(Job):
+    """One result about an image set: computed by the command, not per image (so no `vitcli run` builder)."""
+
+    command = "compare"
+
+    def __init__(self, classes: list[str] | None = None, top_k: int = 5):
+        self.class_texts = list(classes or [])
+        self.top_k = top_k
+        self.classes: list[int] = []  # resolved against the labels by check()
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.compare import resolve_class
+
+        if not 1 <= self.top_k <= architecture.num_classes:
+            raise UsageError(
+                f"--top-k must be between 1 and {architecture.num_classes} (the model's classes), not {self.top_k}"
+            )
+        self.classes = list(dict.fromkeys(resolve_class(architecture.labels, text) for text in self.class_texts))
+
+    def name(self) -> str:
+        classes = setting("c", self.classes) if self.classes else "ctop1"
+        return result_name("compare", classes, setting("k", self.top_k))
+
+    def settings(self) -> dict[str, Any]:
+        return {"classes": self.classes or "top-1 of each image", "top_k": self.top_k}
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import compare as view
+
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result),
+            summary=view.summary(result),
+        )
+
+
+@vitcli_command(
+    "compare",
+    examples=[
+        "vitcli compare examples/images/newfoundland_31.jpg examples/images/Persian_98.jpg",
+        "vitcli compare examples/images/newfoundland_31.jpg examples/images/Persian_98.jpg --class 283 "
+        '--class "Newfoundland dog"',
+        "vitcli compare photos/ --top-k 3 --format json",
+    ],
+)
+def compare_command(
+    context: CommandContext,
+    images: ImagesArgument = None,
+    classes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--class",
+            "-c",
+            help='Classes for the readout w_c . h + b_c: an index (283) or a label ("sports car"); repeatable '
+            "(default: each image's top-1).",
+            show_default=False,
+        ),
+    ] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Classes listed per image and readout.")] = 5,
+) -> None:
+    """Same model, different inputs: CLS rows block by block, the classifier readout, CLS vs mean pooling, and
+    the similarity of the images' final features (two or more images)."""
+    from vitcli.experiments.compare import compare_images
+
+    job = CompareJob(classes, top_k)
+    context.check([job])
+    paths = context.images(images)
+    if len(paths) < 2:
+        raise UsageError(f"compare needs at least two images, got {len(paths)}: {', '.join(map(str, paths))}")
+    model = context.model()
+    prepared = [model.prepare(path) for path in paths]
+    result = compare_images(model, prepared, job.classes, top_k)
+    subject = {"images": [image.source.to_json() for image in prepared]}
+    context.publish([(job, result, set_subject(paths), subject)], context.provenance(model))

@@ -1,0 +1,238 @@
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from vitcli.commands.occlude import Fill, TargetOption
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
+
+# Cheap together (one hooked forward and backward); occlusion runs one forward per patch, so it is asked for.
+DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
+DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
+_FAITHFULNESS = "Faithfulness options"
+
+
+class Method(StrEnum):
+    relevance = "relevance"
+    grad_rollout = "grad-rollout"
+    gradcam = "gradcam"
+    attention = "attention"
+    rollout = "rollout"
+    occlusion = "occlusion"
+
+
+def resolve_target_text(architecture: Any, text: str | None) -> int | None:
+    """A --target text as a class index before weights load; None keeps the clean top-1 (known only per image)."""
+    from vitcli.experiments.occlusion import resolve_target
+
+    # With a text given, resolve_target reads only .labels and .num_classes, which the architecture has too.
+    return None if text is None else resolve_target(architecture, text, None)
+
+
+class ExplainJob(Job):
+    command = "explain"
+
+    def __init__(
+        self,
+        methods: list[str],
+        target: str | None,
+        block: int | None,
+        fill: str,
+        faithfulness: bool,
+        steps: int | None,
+        random_orders: int,
+        order_seed: int,
+    ):
+        self.methods = methods
+        self.target_text = target
+        self.block = block
+        self.fill = fill
+        self.faithfulness = faithfulness
+        self.steps = steps
+        self.random_orders = random_orders
+        self.order_seed = order_seed
+        self.target: int | None = None  # resolved by check()
+
+    def check(self, architecture: Any) -> None:
+        depth, patches = architecture.depth, architecture.grid.num_patches
+        if self.block is None:
+            self.block = depth
+        if not 1 <= self.block <= depth:
+            raise UsageError(f"--block must be between 1 and {depth} (the model's blocks), not {self.block}")
+        if self.faithfulness:
+            if self.steps is None:
+                self.steps = min(DEFAULT_STEPS, patches)
+            if not 1 <= self.steps <= patches:
+                raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {self.steps}")
+        self.target = resolve_target_text(architecture, self.target_text)
+
+    def name(self) -> str:
+        reads_block = {"gradcam", "attention"} & set(self.methods)
+        covers = "occlusion" in self.methods or self.faithfulness
+        parts = [
+            setting("m", self.methods),
+            setting("b", self.block) if reads_block else None,
+            self.fill if covers else None,
+            setting("t", "top1" if self.target is None else self.target),
+        ]
+        if self.faithfulness:
+            parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
+        return result_name("explain", *parts)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "methods": self.methods,
+            "target": self.target,
+            "block": self.block,
+            "fill": self.fill,
+            "faithfulness": self.faithfulness,
+            "steps": self.steps,
+            "random_orders": self.random_orders,
+            "order_seed": self.order_seed,
+        }
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.explain import count_work, explain
+        from vitcli.experiments.faithfulness import FaithfulnessOptions
+
+        options = FaithfulnessOptions(self.steps, self.random_orders, self.order_seed) if self.faithfulness else None
+        total = count_work(work.model, self.methods, options)
+        if total:
+            work.steps.start(total, f"explaining {work.image.source.path.name}")
+        return explain(
+            work.model,
+            work.image,
+            self.methods,
+            None if self.target is None else str(self.target),
+            self.block,
+            self.fill,
+            faithfulness=options,
+            on_progress=work.steps.advance,
+            clean_logits=work.clean_logits(),
+        )
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.output import csv_text
+        from vitcli.presentation import explain as view
+
+        curves = {"curves.csv": csv_text(view.curve_rows(result))} if result.faithfulness is not None else {}
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result),
+            extra_files=curves,
+            summary=view.summary(result),
+        )
+
+    def present_across_images(self, results: list[Any]) -> Presentation | None:
+        """With --faithfulness over several images: each method's mean and spread of both AUCs."""
+        from vitcli.experiments.faithfulness import faithfulness_spread
+        from vitcli.presentation import explain as view
+
+        curves = [result.faithfulness for result in results if result.faithfulness is not None]
+        if not curves:
+            return None
+        spreads = faithfulness_spread(curves)
+        return Presentation(
+            view.spread_table(spreads),
+            view.spread_rows(spreads),
+            {"images": len(curves), "methods": view.spread_rows(spreads)},
+        )
+
+
+@builds_jobs("explain")
+def explain_jobs(
+    method: list[str] | None = None,
+    target: str | None = None,
+    block: int | None = None,
+    fill: str = "gray",
+    faithfulness: bool = False,
+    steps: int | None = None,
+    random_orders: int = 5,
+    order_seed: int = 0,
+) -> list[Job]:
+    methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
+    unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
+    if unknown:
+        raise UsageError(f"unknown method {unknown[0]!r}: choose from {', '.join(member.value for member in Method)}")
+    if str(fill) not in {member.value for member in Fill}:
+        raise UsageError(f"unknown fill {fill!r}: choose one of {', '.join(member.value for member in Fill)}")
+    if not faithfulness and steps is not None:
+        raise UsageError("--steps sets the faithfulness curves: add --faithfulness")
+    if random_orders < 0:
+        raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
+    return [ExplainJob(methods, target, block, str(fill), faithfulness, steps, random_orders, order_seed)]
+
+
+@vitcli_command(
+    "explain",
+    examples=[
+        "vitcli explain examples/images/newfoundland_31.jpg",
+        "vitcli explain photo.jpg --method relevance --method gradcam --method occlusion --faithfulness",
+        "vitcli explain photos/ --method gradcam --block 8 --target Newfoundland --format csv",
+    ],
+)
+def explain_command(
+    context: CommandContext,
+    images: ImagesArgument = None,
+    method: Annotated[
+        list[Method] | None,
+        typer.Option(
+            "--method",
+            "-M",
+            help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
+            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch); repeatable. "
+            f"Default: {', '.join(DEFAULT_METHODS)}.",
+            show_default=False,
+        ),
+    ] = None,
+    target: TargetOption = None,
+    block: Annotated[
+        int | None,
+        typer.Option(
+            help="Block (from 1) whose norm1 output gradcam reads and whose attention `attention` shows. "
+            "Default: the last.",
+            show_default=False,
+        ),
+    ] = None,
+    fill: Annotated[
+        Fill,
+        typer.Option(help="What covered pixels become (occlusion and --faithfulness), as in the occlusion commands."),
+    ] = Fill.gray,
+    faithfulness: Annotated[
+        bool,
+        typer.Option(
+            "--faithfulness",
+            metavar="",
+            help="Deletion and insertion curves per map and their AUCs (trapezoidal over the fraction of patches "
+            "0..1, unperturbed point included; lower deletion and higher insertion AUC are better).",
+            rich_help_panel=_FAITHFULNESS,
+        ),
+    ] = False,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Points after the unperturbed one (default {DEFAULT_STEPS}, at most the patches).",
+            show_default=False,
+            rich_help_panel=_FAITHFULNESS,
+        ),
+    ] = None,
+    random_orders: Annotated[
+        int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
+    ] = 5,
+    order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
+) -> None:
+    """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
+    --faithfulness, deletion and insertion curves that rank the maps against random orders."""
+    context.run(
+        explain_jobs(method, target, block, fill, faithfulness, steps, random_orders, order_seed),
+        images,
+    )

@@ -1,0 +1,293 @@
+"""Same model, different inputs: the images' CLS rows block by block, the classifier readout, CLS vs mean pooling,
+and the similarity of their final features.
+
+One forward per image (the model's own, batched) with forward hooks on the blocks, the final norm and the head;
+the readout logit = w_c . h + b_c is recomputed from the head's input h and checked against the model's logit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from timm.models.vision_transformer import VisionTransformer
+from torch import Tensor, nn
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.experiments.trace import RankedClass, full_float32
+from vitcli.grid import PatchGrid
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel
+
+# Two CLS rows "differ" when ||a - b|| > DIFFER_TOLERANCE * max(||a||, ||b||): far above float32 rounding (1e-7),
+# far below any difference two real images make after attention has mixed their patches in.
+DIFFER_TOLERANCE = 1e-5
+SELF_CHECK_TOLERANCE = 1e-4  # largest |w_c . h + b_c - the model's logit| allowed
+TOP_DIMENSIONS = 10
+POOLINGS = {"token": "CLS row", "avg": "mean of the patch rows"}
+
+
+@dataclass(frozen=True)
+class Contribution:
+    dimension: int  # zero-based index into h
+    feature: float  # h_i
+    weight: float  # w_c,i
+    product: float  # w_c,i * h_i
+
+
+@dataclass
+class ClassReadout:
+    index: int
+    label: str
+    dot: float  # w_c . h
+    bias: float  # b_c
+    logit: float  # w_c . h + b_c
+    model_logit: float  # the model's own output for this class
+    probability: float  # exp(logit - max logit) / sum_j exp(logit_j - max logit)
+    top_dimensions: list[Contribution]  # the TOP_DIMENSIONS largest |w_c,i h_i|, largest first
+
+
+@dataclass
+class PoolingReadout:
+    pooling: str  # "token" or "avg"
+    description: str  # "CLS row", "mean of the patch rows"
+    is_model_own: bool  # whether this is the readout the model's forward uses (its global_pool)
+    top: list[RankedClass]
+
+
+@dataclass
+class ImageComparison:
+    source: ImageSource
+    crop: np.ndarray  # (H, W, 3) uint8, for figures
+    top: list[RankedClass]
+    max_logit: float  # the softmax step: p_c = exp(z_c - max_logit) / shifted_exp_sum
+    shifted_exp_sum: float
+    readouts: list[ClassReadout]
+    poolings: list[PoolingReadout]
+
+
+@dataclass
+class PairTrajectory:
+    """Two images' rows through the depth; index 0 is the rows entering block 1, index b the rows leaving block b."""
+
+    first: int  # index into CompareResult.images
+    second: int
+    cls_cosine: list[float]
+    cls_distance: list[float]  # L2
+    patch_mean_cosine: list[float]  # between the means of the patch rows
+    patch_mean_distance: list[float]
+    cls_input_distance: float  # L2 between the CLS rows entering block 1 (parameter + position: identical)
+    first_query_distance: float  # L2 between the CLS queries of block 1, all heads
+    first_differing_block: int | None  # first block whose CLS output rows differ (DIFFER_TOLERANCE); None: never
+
+
+@dataclass
+class PatchMatches:
+    """For each patch of image A, the patch of image B whose final (normalized) row has the largest cosine."""
+
+    best_match: list[int]  # patch numbers in B, for P1..PN of A
+    best_cosine: list[float]
+
+
+@dataclass
+class CompareResult:
+    weights: str
+    model_name: str
+    grid: PatchGrid
+    model_pooling: str  # the model's own global_pool
+    images: list[ImageComparison]
+    pairs: list[PairTrajectory]
+    cls_cosine_matrix: list[list[float]]  # final normalized CLS rows, N x N
+    patch_matches: PatchMatches | None  # only for exactly two images
+    readout_error: float  # largest |w_c . h + b_c - model logit| over images and chosen classes
+    pooling_error: float  # largest |the model's own pooling readout, recomputed - model logits|
+
+
+def resolve_class(labels: Sequence[str], text: str) -> int:
+    """A class given as its index or its label text (the whole label or one of its comma-separated names)."""
+    cleaned = text.strip()
+    if cleaned.isdigit():
+        index = int(cleaned)
+        if index >= len(labels):
+            raise UsageError(f"class {index} does not exist: the model has classes 0..{len(labels) - 1}")
+        return index
+    lowered = cleaned.lower()
+    matches = [index for index, label in enumerate(labels) if label.lower() == lowered]
+    if not matches:
+        matches = [index for index, label in enumerate(labels) if lowered in _names(label)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(f"{index} ({labels[index]})" for index in matches)
+        raise UsageError(f"class {cleaned!r} names several classes: {listed}; give the class index")
+    # Labels that hold the text as a word come first ("cat" -> "tabby, tabby cat"), then similar spellings.
+    word = re.compile(rf"\b{re.escape(lowered)}\b")
+    close = [index for index, label in enumerate(labels) if lowered and word.search(label.lower())]
+    names = {name: index for index, label in enumerate(labels) for name in _names(label)}
+    close += [names[name] for name in difflib.get_close_matches(lowered, list(names), n=5, cutoff=0.6)]
+    close = list(dict.fromkeys(close))[:5]
+    hint = f"; close matches: {', '.join(f'{index} ({labels[index]})' for index in close)}" if close else ""
+    raise UsageError(f"unknown class {cleaned!r}{hint}; give a class index 0..{len(labels) - 1} or a label")
+
+
+def _names(label: str) -> list[str]:
+    return [name.strip().lower() for name in label.split(",")]
+
+
+def compare_images(
+    model: VitModel, images: list[PreparedImage], classes: Sequence[int] = (), top_k: int = 5
+) -> CompareResult:
+    """Compare two or more images through the same model; the readout's classes (indices, see resolve_class)
+    default to each image's top-1."""
+    net = model.net
+    if len(images) < 2:
+        raise UsageError("compare needs at least two images")
+    if type(net) is not VisionTransformer or not isinstance(net.head, nn.Linear):
+        raise VitcliError(f"cannot compare readouts of {model.name}: vitcli reads one linear head on timm's ViT")
+    if not 1 <= top_k <= model.num_classes:
+        raise UsageError(f"--top-k must be between 1 and {model.num_classes} (the model's classes), not {top_k}")
+    chosen = list(dict.fromkeys(classes))
+    if any(not 0 <= index < model.num_classes for index in chosen):
+        raise UsageError(f"classes must be between 0 and {model.num_classes - 1}, not {chosen}")
+    captured = _forward(model, torch.stack([image.input for image in images]))
+    logits = captured["logits"]
+    if not chosen:
+        chosen = list(dict.fromkeys(int(row.argmax()) for row in logits))
+    weight, bias = net.head.weight.detach().float().cpu(), net.head.bias.detach().float().cpu()
+    comparisons, readout_error, pooling_error = [], 0.0, 0.0
+    for index, image in enumerate(images):
+        h, row_logits = captured["head_input"][index], logits[index]
+        max_logit = float(row_logits.max())
+        shifted = float((row_logits - max_logit).exp().sum())
+        readouts = [_readout(model, weight[c], float(bias[c]), h, c, row_logits, max_logit, shifted) for c in chosen]
+        readout_error = max([readout_error] + [abs(r.logit - r.model_logit) for r in readouts])
+        poolings, own_logits = _poolings(model, captured["final"][index], top_k)
+        if own_logits is not None:
+            pooling_error = max(pooling_error, float((own_logits - row_logits).abs().max()))
+        top = _ranked(model, row_logits, top_k)
+        comparisons.append(
+            ImageComparison(image.source, image.crop_uint8(), top, max_logit, shifted, readouts, poolings)
+        )
+    if max(readout_error, pooling_error) > SELF_CHECK_TOLERANCE:
+        raise VitcliError(
+            f"compare self-check failed: the recomputed readout differs from the model's logits by "
+            f"{max(readout_error, pooling_error):.3g} (tolerance {SELF_CHECK_TOLERANCE:g})"
+        )
+    pairs = [_pair(captured, first, second) for first in range(len(images)) for second in range(first + 1, len(images))]
+    final_cls = torch.nn.functional.normalize(captured["final"][:, 0], dim=-1)
+    matches = _patch_matches(model.grid, captured["final"][0], captured["final"][1]) if len(images) == 2 else None
+    return CompareResult(
+        model.spec.label, model.name, model.grid, net.global_pool, comparisons, pairs,
+        (final_cls @ final_cls.T).tolist(), matches, readout_error, pooling_error,
+    )  # fmt: skip
+
+
+def _forward(model: VitModel, inputs: Tensor) -> dict[str, Tensor]:
+    """The model's own forward, batched, with hooks: CLS rows and patch-row means at every depth, block 1's CLS query,
+    the final normalized rows, the head's input and the logits (all on the CPU, float32)."""
+    net, prefix = model.net, model.grid.num_prefix
+    parts: dict[str, list[Tensor]] = {name: [] for name in ("cls", "patch_mean", "query", "final", "head_input")}
+    depth_rows: list[Tensor] = []
+
+    def rows(_module, args, output):
+        depth_rows.append(output.detach().float().cpu())
+
+    def first_input(_module, args):
+        depth_rows.append(args[0].detach().float().cpu())
+
+    def query(_module, args, output):
+        parts["query"].append(output[:, 0, : net.blocks[0].attn.attn_dim].detach().float().cpu())
+
+    handles = [net.blocks[0].register_forward_pre_hook(first_input)]
+    handles += [block.register_forward_hook(rows) for block in net.blocks]
+    handles.append(net.blocks[0].attn.qkv.register_forward_hook(query))
+    handles.append(net.norm.register_forward_hook(lambda m, a, out: parts["final"].append(out.detach().float().cpu())))
+    handles.append(
+        net.head.register_forward_hook(lambda m, a, out: parts["head_input"].append(a[0].detach().float().cpu()))
+    )
+    logits = []
+    try:
+        with torch.inference_mode(), full_float32():
+            for chunk in inputs.split(model.batch_size):
+                depth_rows.clear()
+                logits.append(net(chunk.to(model.device)).float().cpu())
+                stacked = torch.stack(depth_rows, dim=1)  # (batch, depth + 1, tokens, D)
+                parts["cls"].append(stacked[:, :, 0])
+                parts["patch_mean"].append(stacked[:, :, prefix:].mean(2))
+    finally:
+        for handle in handles:
+            handle.remove()
+    captured = {name: torch.cat(values).cpu() for name, values in parts.items()}
+    captured["logits"] = torch.cat(logits)
+    return captured
+
+
+def _readout(model, weight_row, bias, h, index, row_logits, max_logit, shifted) -> ClassReadout:
+    products = weight_row * h
+    dot = float(products.sum(dtype=torch.float64))
+    largest = products.abs().topk(min(TOP_DIMENSIONS, products.numel())).indices.tolist()
+    contributions = [Contribution(i, float(h[i]), float(weight_row[i]), float(products[i])) for i in largest]
+    logit = dot + bias
+    probability = math.exp(logit - max_logit) / shifted
+    return ClassReadout(
+        index, model.labels[index], dot, bias, logit, float(row_logits[index]), probability, contributions
+    )
+
+
+def _poolings(model: VitModel, final: Tensor, top_k: int) -> tuple[list[PoolingReadout], Tensor | None]:
+    """The same head on the CLS row and on the mean of the patch rows (both through fc_norm, as timm's head path)."""
+    net = model.net
+    own_readout = net.global_pool if not (net.global_pool == "avg" and net.pool_include_prefix) else None
+    pooled = {"token": final[0], "avg": final[model.grid.num_prefix :].mean(0)}
+    readouts, own_logits = [], None
+    with torch.inference_mode():
+        for pooling, vector in pooled.items():
+            logits = net.head(net.fc_norm(vector.to(model.device))).float().cpu()
+            if pooling == own_readout:
+                own_logits = logits
+            readouts.append(
+                PoolingReadout(pooling, POOLINGS[pooling], pooling == own_readout, _ranked(model, logits, top_k))
+            )
+    return readouts, own_logits
+
+
+def _ranked(model: VitModel, logits: Tensor, top_k: int) -> list[RankedClass]:
+    probabilities = logits.softmax(-1)
+    best = probabilities.topk(top_k)
+    return [
+        RankedClass(rank + 1, index, model.labels[index], float(probabilities[index]), float(logits[index]))
+        for rank, index in enumerate(best.indices.tolist())
+    ]
+
+
+def _pair(captured: dict[str, Tensor], first: int, second: int) -> PairTrajectory:
+    cls_a, cls_b = captured["cls"][first], captured["cls"][second]
+    mean_a, mean_b = captured["patch_mean"][first], captured["patch_mean"][second]
+    cls_distance = (cls_a - cls_b).norm(dim=-1)
+    scale = torch.maximum(cls_a.norm(dim=-1), cls_b.norm(dim=-1))
+    differing = [
+        block for block in range(1, len(cls_distance)) if cls_distance[block] > DIFFER_TOLERANCE * scale[block]
+    ]
+    return PairTrajectory(
+        first,
+        second,
+        torch.nn.functional.cosine_similarity(cls_a, cls_b, dim=-1).tolist(),
+        cls_distance.tolist(),
+        torch.nn.functional.cosine_similarity(mean_a, mean_b, dim=-1).tolist(),
+        (mean_a - mean_b).norm(dim=-1).tolist(),
+        float(cls_distance[0]),
+        float((captured["query"][first] - captured["query"][second]).norm()),
+        differing[0] if differing else None,
+    )
+
+
+def _patch_matches(grid: PatchGrid, final_a: Tensor, final_b: Tensor) -> PatchMatches:
+    rows_a = torch.nn.functional.normalize(final_a[grid.num_prefix :], dim=-1)
+    rows_b = torch.nn.functional.normalize(final_b[grid.num_prefix :], dim=-1)
+    best = (rows_a @ rows_b.T).max(dim=1)
+    return PatchMatches([index + 1 for index in best.indices.tolist()], best.values.tolist())

@@ -1,0 +1,345 @@
+"""Explanation maps for one target class on the patch grid: gradient relevance, grad-rollout, Grad-CAM, attention,
+rollout and occlusion, optionally scored by deletion and insertion curves.
+
+The gradient methods share one forward and one backward of the target logit (not its probability) through the
+model's own modules: hooks keep the attention softmax outputs (timm's fused attention is switched off for that
+pass only, since it never forms the weights) and the output of `blocks[B-1].norm1`, and tensor hooks keep their
+gradients. The logits of that pass must equal the model's normal eval forward within OUTPUT_TOLERANCE; the result
+carries the difference. Every map keeps its raw values: nothing is min-max normalized here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
+from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
+from vitcli.experiments.occlusion import ClassProbability, SlidingWindows, fill_image, occlude_patches, resolve_target
+from vitcli.experiments.rollout import attention_rollout, check_rollout_options
+from vitcli.grid import PatchGrid
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel
+
+METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion")
+ATTENTION_METHODS = frozenset({"relevance", "grad-rollout", "attention", "rollout"})
+GRADIENT_METHODS = frozenset({"relevance", "grad-rollout", "gradcam"})
+OUTPUT_TOLERANCE = 1e-4  # largest |logits under the hooks - the model's own eval forward| allowed
+
+
+# ----- results
+
+
+@dataclass
+class MethodMap:
+    method: str
+    values: np.ndarray  # (grid rows, grid cols) float64, raw: entry [r, c] belongs to patch r * cols + c + 1
+    unit: str
+    definition: str  # what was computed, with its parameters
+
+
+@dataclass
+class Explanation:
+    source: ImageSource
+    crop: np.ndarray  # (H, W, 3) uint8: what the model saw
+    grid: PatchGrid
+    weights_label: str
+    target: ClassProbability  # the explained class, with its clean probability
+    top1: ClassProbability
+    block: int  # one-based block whose norm1 output Grad-CAM reads and whose attention `attention` shows
+    fill: str  # what covered pixels become, for occlusion and the faithfulness curves
+    maps: list[MethodMap]
+    output_difference: float | None  # max |logits under the hooks - eval forward|; None when no hooked pass ran
+    faithfulness: Faithfulness | None = None
+
+
+# ----- options
+
+
+def check_methods(methods: Iterable[str]) -> list[str]:
+    chosen = list(dict.fromkeys(methods))
+    unknown = [method for method in chosen if method not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown --method {unknown[0]!r}: choose from {', '.join(METHODS)}")
+    if not chosen:
+        raise UsageError(f"choose at least one --method: {', '.join(METHODS)}")
+    return chosen
+
+
+def resolve_block(model: VitModel, block: int | None) -> int:
+    """The one-based block for Grad-CAM and attention; default the last (pytorch-grad-cam's ViT recipe)."""
+    if block is None:
+        return model.depth
+    if not 1 <= block <= model.depth:
+        raise UsageError(f"--block must be between 1 and {model.depth} (the model's blocks), not {block}")
+    return block
+
+
+def count_work(model: VitModel, methods: Sequence[str], options: FaithfulnessOptions | None) -> int:
+    """Forwards `explain` reports through on_progress: occlusion's covers and the faithfulness curves."""
+    covers = model.grid.num_patches if "occlusion" in methods else 0
+    return covers + (count_forwards(len(methods), options) if options is not None else 0)
+
+
+# ----- the hooked forward and backward
+
+
+@contextmanager
+def unfused_attention(net: nn.Module) -> Iterator[None]:
+    """timm's explicit softmax path in every block while the context lasts; the fused flags are restored after."""
+    modules = [block.attn for block in net.blocks]
+    saved = [module.fused_attn for module in modules]
+    try:
+        for module in modules:
+            module.fused_attn = False
+        yield
+    finally:
+        for module, fused in zip(modules, saved, strict=True):
+            module.fused_attn = fused
+
+
+class OutputsAndGradients:
+    """Forward hooks keeping each module's output and, through a tensor hook on it, that output's gradient."""
+
+    def __init__(self, modules: Sequence[nn.Module]):
+        self.modules = list(modules)
+        self.outputs: list[Tensor | None] = [None] * len(self.modules)
+        self.gradients: list[Tensor | None] = [None] * len(self.modules)
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> OutputsAndGradients:
+        for index, module in enumerate(self.modules):
+            self._handles.append(module.register_forward_hook(partial(self._keep_output, index)))
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _keep_output(self, index: int, module: nn.Module, inputs: Any, output: Tensor) -> None:
+        self.outputs[index] = output.detach()
+        if output.requires_grad:
+            output.register_hook(partial(self._keep_gradient, index))
+
+    def _keep_gradient(self, index: int, gradient: Tensor) -> None:
+        self.gradients[index] = gradient.detach()
+
+
+@dataclass
+class GradientCapture:
+    """One image's hooked pass; tensors on the CPU, batch dimension removed."""
+
+    logits: Tensor  # (classes,)
+    attention: Tensor | None  # (blocks, heads, N, N) softmax(q k^T * scale)
+    attention_gradients: Tensor | None  # d target logit / d attention, same shape
+    features: Tensor | None  # (N, D) output of blocks[B-1].norm1
+    feature_gradients: Tensor | None  # d target logit / d features
+    output_difference: float  # max |logits - the model's own eval forward|
+
+
+def capture_gradients(
+    model: VitModel,
+    image: Tensor,
+    target: int,
+    attention: bool,
+    feature_block: int | None,
+    backward: bool = True,
+    eval_logits: Tensor | None = None,
+) -> GradientCapture:
+    """Run one (3, H, W) normalized image through the model with hooks; backward from the target logit.
+
+    eval_logits: the model's eval forward of the image, when already computed (else it runs here).
+    """
+    net = model.net
+    attention_modules = [block.attn.attn_drop for block in net.blocks] if attention else []
+    feature_modules = [net.blocks[feature_block - 1].norm1] if feature_block is not None else []
+    dtype = next(net.parameters()).dtype
+    # A copy that requires grad: the graph reaches the input whatever the parameters' flags, and autograd.grad to
+    # it leaves the parameters' .grad untouched.
+    inputs = image[None].to(model.device, dtype).clone().requires_grad_(True)
+    switch = unfused_attention(net) if attention else nullcontext()
+    attention_capture, feature_capture = OutputsAndGradients(attention_modules), OutputsAndGradients(feature_modules)
+    with torch.enable_grad(), switch, attention_capture, feature_capture:
+        logits = net(inputs)[0]
+        if backward:
+            torch.autograd.grad(logits[target], inputs)
+    for capture in (attention_capture, feature_capture):
+        if any(output is None for output in capture.outputs) or (
+            backward and any(gradient is None for gradient in capture.gradients)
+        ):
+            raise VitcliError(f"cannot explain with {model.name}: a hooked module gave no output or gradient")
+    own = eval_logits.float().cpu() if eval_logits is not None else model.logits(inputs.detach())[0]
+    difference = float((logits.detach().float().cpu() - own).abs().max())
+    if not difference <= OUTPUT_TOLERANCE:
+        raise VitcliError(
+            f"self-check failed: the hooked forward's logits differ from the model's eval forward by {difference:.3g} "
+            f"(tolerance {OUTPUT_TOLERANCE:g}); no results"
+        )
+    features = _unbatched(feature_capture.outputs)
+    feature_gradients = _unbatched(feature_capture.gradients)
+    return GradientCapture(
+        logits.detach().cpu(),
+        _unbatched(attention_capture.outputs),
+        _unbatched(attention_capture.gradients),
+        features[0] if features is not None else None,
+        feature_gradients[0] if feature_gradients is not None else None,
+        difference,
+    )
+
+
+def _unbatched(tensors: list[Tensor | None]) -> Tensor | None:
+    """The captured (1, ...) tensors stacked without their batch dimension, on the CPU; None if none were kept."""
+    if not tensors or any(tensor is None for tensor in tensors):
+        return None
+    return torch.stack([tensor[0].cpu() for tensor in tensors])
+
+
+# ----- the maps, from captured tensors
+
+
+def patch_values(grid: PatchGrid, row: Tensor) -> np.ndarray:
+    """The patch entries of a row over all N tokens as a (rows, cols) float64 array; prefix tokens dropped."""
+    return row[grid.num_prefix :].double().reshape(grid.rows, grid.cols).numpy()
+
+
+def relevance_map(grid: PatchGrid, attention: Tensor, gradients: Tensor) -> np.ndarray:
+    """Chefer, Gur and Wolf (ICCV 2021), eq. 5-6: A-bar = mean over heads of (dy/dA * A)^+; R = I; R += A-bar R."""
+    attention, gradients = attention.double(), gradients.double()
+    relevance = torch.eye(attention.shape[-1], dtype=torch.float64)
+    for block_attention, block_gradients in zip(attention, gradients, strict=True):
+        weighted = (block_gradients * block_attention).clamp(min=0).mean(dim=0)
+        relevance = relevance + weighted @ relevance
+    return patch_values(grid, relevance[0])
+
+
+def grad_rollout_map(grid: PatchGrid, attention: Tensor, gradients: Tensor, discard_ratio: float) -> np.ndarray:
+    """vit-explain's gradient rollout: heads weighted by their gradient, averaged, negatives set to 0, then rollout."""
+    fused = (gradients.double() * attention.double()).mean(dim=1).clamp(min=0)
+    return patch_values(grid, attention_rollout(fused[:, None], "mean", discard_ratio)[0])
+
+
+def gradcam_map(grid: PatchGrid, features: Tensor, gradients: Tensor) -> np.ndarray:
+    """ReLU(sum over channels of (mean over patches of the gradient) * feature), on the patch tokens only."""
+    patches = features[grid.num_prefix :].double()
+    weights = gradients[grid.num_prefix :].double().mean(dim=0)
+    return (patches @ weights).clamp(min=0).reshape(grid.rows, grid.cols).numpy()
+
+
+# ----- explain
+
+
+def explain(
+    model: VitModel,
+    prepared: PreparedImage,
+    methods: Sequence[str],
+    target: str | None = None,
+    block: int | None = None,
+    fill: str = "gray",
+    head_fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    faithfulness: FaithfulnessOptions | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    clean_logits: Tensor | None = None,
+) -> Explanation:
+    """Each method's raw map for the target class (default the clean top-1), and optionally their curves.
+
+    clean_logits: the model's eval forward of the image, when the caller has it (else it runs here).
+    """
+    methods = check_methods(methods)
+    block = resolve_block(model, block)
+    if faithfulness is not None:
+        check_options(model.grid, faithfulness)
+    if {"rollout", "grad-rollout"} & set(methods):
+        check_rollout_options(head_fusion, discard_ratio)
+    if clean_logits is None:
+        clean_logits = model.logits(prepared.input[None])[0]
+    clean = clean_logits.float().cpu().softmax(dim=-1)
+    target_index = resolve_target(model, target, clean)
+    top = int(clean.argmax())
+    needs_attention = bool(ATTENTION_METHODS & set(methods))
+    if needs_attention:
+        model.require_standard_blocks()
+    capture = None
+    if needs_attention or "gradcam" in methods:
+        capture = capture_gradients(
+            model,
+            prepared.input,
+            target_index,
+            attention=needs_attention,
+            feature_block=block if "gradcam" in methods else None,
+            backward=bool(GRADIENT_METHODS & set(methods)),
+            eval_logits=clean_logits,
+        )
+    grid = model.grid
+    fusion = f"head fusion {head_fusion}, discard ratio {discard_ratio:g}"
+    recipes = {
+        "relevance": lambda: (
+            relevance_map(grid, capture.attention, capture.attention_gradients),
+            "relevance",
+            "Chefer et al. ICCV 2021: per block A-bar = mean over heads of (A * d logit/dA)^+, R = I, R += A-bar R; "
+            "CLS row of R over the patches",
+        ),
+        "grad-rollout": lambda: (
+            grad_rollout_map(grid, capture.attention, capture.attention_gradients, discard_ratio),
+            "rollout",
+            "rollout of mean over heads of (A * d logit/dA), negatives set to 0; identity added, rows renormalized, "
+            f"discard ratio {discard_ratio:g}; CLS row over the patches",
+        ),
+        "gradcam": lambda: (
+            gradcam_map(grid, capture.features, capture.feature_gradients),
+            "Grad-CAM",
+            f"Grad-CAM at blocks[{block - 1}].norm1 (block {block}): ReLU(sum over channels of the patch-mean gradient "
+            "of the logit times the feature); prefix tokens dropped",
+        ),
+        "attention": lambda: (
+            patch_values(grid, capture.attention[block - 1].double().mean(dim=0)[0]),
+            "attention weight",
+            f"block {block}: attention of the CLS query, mean over heads, patch sources (not renormalized)",
+        ),
+        "rollout": lambda: (
+            patch_values(grid, attention_rollout(capture.attention, head_fusion, discard_ratio)[0]),
+            "rollout",
+            f"attention rollout (Abnar and Zuidema 2020), {fusion}: CLS row over the patches",
+        ),
+        "occlusion": lambda: (
+            _occlusion_map(model, prepared, target_index, fill, on_progress),
+            "drop (percentage points)",
+            f"100 x (clean - covered) target probability, each patch alone covered with {fill} fill",
+        ),
+    }
+    maps = [MethodMap(method, *recipes[method]()) for method in methods]
+    curves = None
+    if faithfulness is not None:
+        values = {item.method: item.values for item in maps}
+        fill_pixels = fill_image(model, prepared, fill)
+        curves = faithfulness_curves(
+            model, prepared.input, fill_pixels, values, target_index, faithfulness, on_progress
+        )
+    return Explanation(
+        prepared.source,
+        prepared.crop_uint8(),
+        grid,
+        model.spec.label,
+        ClassProbability(target_index, model.labels[target_index], float(clean[target_index])),
+        ClassProbability(top, model.labels[top], float(clean[top])),
+        block,
+        fill,
+        maps,
+        capture.output_difference if capture is not None else None,
+        curves,
+    )
+
+
+def _occlusion_map(model: VitModel, prepared: PreparedImage, target: int, fill: str, on_progress) -> np.ndarray:
+    size = model.grid.patch_size
+    windows = SlidingWindows(model.grid, size, size)
+    return occlude_patches(model, prepared, windows, str(target), fill, on_progress).drop_grid.double().numpy()

@@ -1,0 +1,108 @@
+"""Logit lens: read the class scores out of the rows after each block, with the model's own final norm and head.
+
+After block b the CLS row is read exactly as the model reads its last one (`net.forward_head(net.norm(rows))`), and
+the mean of the patch rows (prefix tokens excluded) goes through the same final norm and head. Hooks only read the
+block outputs of the model's own forward, so the CLS readout after the last block must equal the model's logits
+exactly; the result carries that difference and a nonzero one is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from vitcli.errors import VitcliError
+from vitcli.experiments.occlusion import ClassProbability, resolve_target
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel
+
+CLS = "CLS"
+PATCH_MEAN = "patch mean"
+READOUTS = (CLS, PATCH_MEAN)
+
+
+@dataclass(frozen=True)
+class LensReadout:
+    block: int  # one-based: the rows leaving blocks[block - 1]
+    readout: str  # CLS or PATCH_MEAN
+    target_probability: float
+    target_rank: int  # 1 = the largest logit; ties share the better rank
+    top1: ClassProbability
+
+
+@dataclass
+class LensResult:
+    source: ImageSource
+    weights_label: str
+    depth: int
+    target: ClassProbability  # with the model's own (final) probability
+    readouts: list[LensReadout]  # block by block, CLS before patch mean
+    final_difference: float  # max |CLS readout after the last block - the model's logits|: 0 by construction
+
+    def series(self, readout: str) -> list[LensReadout]:
+        return [row for row in self.readouts if row.readout == readout]
+
+
+class BlockOutputs:
+    """Forward hooks that keep every block's output during one forward."""
+
+    def __init__(self, blocks: torch.nn.Sequential):
+        self.blocks = blocks
+        self.outputs: list[Tensor] = []
+        self._handles: list = []
+
+    def __enter__(self) -> BlockOutputs:
+        self._handles = [block.register_forward_hook(self._keep) for block in self.blocks]
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def _keep(self, module: torch.nn.Module, inputs: object, output: Tensor) -> None:
+        self.outputs.append(output)
+
+
+def logit_lens(model: VitModel, prepared: PreparedImage, target: str | None = None) -> LensResult:
+    """The target's probability and rank and the top-1 class read after every block, from CLS and the patch mean."""
+    net = model.net
+    prefix = model.grid.num_prefix
+    with torch.inference_mode(), BlockOutputs(net.blocks) as captured:
+        logits = net(prepared.input[None].to(model.device))
+        cls_logits = torch.cat([net.forward_head(net.norm(rows)) for rows in captured.outputs])
+        patch_means = torch.cat([rows[:, prefix:].mean(dim=1) for rows in captured.outputs])
+        mean_logits = net.head(net.head_drop(net.fc_norm(net.norm(patch_means))))
+    final_difference = float((cls_logits[-1] - logits[0]).abs().max())
+    if final_difference != 0.0:
+        raise VitcliError(
+            f"self-check failed: the logit lens after block {model.depth} differs from the model's logits by "
+            f"{final_difference:.3g}; it must equal them exactly"
+        )
+    probabilities = logits[0].float().cpu().softmax(dim=-1)
+    index = resolve_target(model, target, probabilities)
+    readouts = []
+    for block in range(model.depth):
+        for readout, scores in ((CLS, cls_logits[block]), (PATCH_MEAN, mean_logits[block])):
+            readouts.append(_readout(model, block + 1, readout, scores.float().cpu(), index))
+    return LensResult(
+        prepared.source,
+        model.spec.label,
+        model.depth,
+        ClassProbability(index, model.labels[index], float(probabilities[index])),
+        readouts,
+        final_difference,
+    )
+
+
+def _readout(model: VitModel, block: int, readout: str, logits: Tensor, target: int) -> LensReadout:
+    probabilities = logits.softmax(dim=-1)
+    top = int(logits.argmax())
+    return LensReadout(
+        block,
+        readout,
+        float(probabilities[target]),
+        1 + int((logits > logits[target]).sum()),
+        ClassProbability(top, model.labels[top], float(probabilities[top])),
+    )

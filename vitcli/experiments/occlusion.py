@@ -1,0 +1,396 @@
+"""Occlusion: cover pixels of the model input with a fill and measure how the target probability falls.
+
+Every cover starts from a fresh copy of the normalized input (`PreparedImage.input`), so covers never accumulate;
+only pixels change, never tokens or the attention. Covered copies are built lazily, one batch at a time, so peak
+memory is bounded by the batch size, not by the number of covers. Drops are 100 x (clean - covered probability)
+in percentage points: positive means the probability fell.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vitcli.errors import UsageError
+from vitcli.grid import PatchGrid
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel
+
+FILLS = ("gray", "black", "white", "mean", "blur")
+QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
+# Batching changes float32 sums slightly (about 1e-7 in probability): smaller changes count as "unchanged".
+UNCHANGED_PROBABILITY = 1e-6
+
+
+# ----- what is covered
+
+
+@dataclass(frozen=True)
+class Cover:
+    """One covered region: a (left, top, right, bottom) pixel box, right and bottom exclusive."""
+
+    name: str  # a quadrant name, Pn for a window that is exactly patch n, else Wn (windows counted from 1)
+    row: int  # zero-based position in the grid of windows (for patch-sized windows: the patch grid)
+    col: int
+    box: tuple[int, int, int, int]
+    patch: int | None = None  # n when the box is exactly patch Pn
+
+
+def quadrant_covers(grid: PatchGrid) -> list[Cover]:
+    """The four quadrants of the input, row by row: top-left, top-right, bottom-left, bottom-right."""
+    half_height, half_width = grid.image_height // 2, grid.image_width // 2
+    covers = []
+    for index, name in enumerate(QUADRANTS):
+        row, col = divmod(index, 2)
+        box = (col * half_width, row * half_height, (col + 1) * half_width, (row + 1) * half_height)
+        covers.append(Cover(name, row, col, box))
+    return covers
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Square windows of `size` pixels moved by `stride` over the input, row by row, never past its edge."""
+
+    grid: PatchGrid
+    size: int
+    stride: int
+
+    def __post_init__(self) -> None:
+        side = min(self.grid.image_height, self.grid.image_width)
+        if not 1 <= self.size <= side:
+            raise UsageError(f"--size must be between 1 and {side} pixels (the input's side), not {self.size}")
+        if self.stride < 1:
+            raise UsageError(f"--stride must be at least 1 pixel, not {self.stride}")
+
+    @property
+    def rows(self) -> int:
+        return (self.grid.image_height - self.size) // self.stride + 1
+
+    @property
+    def cols(self) -> int:
+        return (self.grid.image_width - self.size) // self.stride + 1
+
+    def __len__(self) -> int:
+        return self.rows * self.cols
+
+    def __iter__(self) -> Iterator[Cover]:
+        patch_aligned = self.size == self.grid.patch_size and self.stride % self.grid.patch_size == 0
+        for row in range(self.rows):
+            for col in range(self.cols):
+                left, top = col * self.stride, row * self.stride
+                box = (left, top, left + self.size, top + self.size)
+                if patch_aligned:
+                    patch = self.grid.patch_at(top // self.size, left // self.size)
+                    yield Cover(f"P{patch}", row, col, box, patch)
+                else:
+                    yield Cover(f"W{row * self.cols + col + 1}", row, col, box)
+
+
+# ----- fills
+
+
+def fill_image(model: VitModel, prepared: PreparedImage, fill: str) -> Tensor:
+    """The (3, H, W) normalized image whose pixels replace covered ones.
+
+    gray: pixel = the checkpoint's normalization mean (normalized 0); black: pixel 0; white: pixel 1;
+    mean: this image's per-channel mean pixel; blur: this image blurred with a Gaussian of sigma = half a patch.
+    """
+    if fill not in FILLS:
+        raise UsageError(f"unknown fill {fill!r}: choose one of {', '.join(FILLS)}")
+    image = prepared.input
+    if fill == "blur":
+        import torchvision.transforms.functional as transforms
+
+        sigma = model.grid.patch_size / 2
+        kernel = 2 * math.ceil(3 * sigma) + 1
+        # Normalization is a per-channel affine map and the kernel sums to one, so blurring the normalized input
+        # equals normalizing the blurred pixels.
+        return transforms.gaussian_blur(image.unsqueeze(0), [kernel, kernel], [sigma, sigma]).squeeze(0)
+    if fill == "mean":
+        return image.mean(dim=(1, 2), keepdim=True).expand_as(image).clone()
+    mean = torch.tensor(model.mean).reshape(3, 1, 1)
+    std = torch.tensor(model.std).reshape(3, 1, 1)
+    pixel = {"gray": mean, "black": torch.zeros(3, 1, 1), "white": torch.ones(3, 1, 1)}[fill]
+    return ((pixel - mean) / std).expand_as(image).clone()
+
+
+def paint(image: Tensor, fill: Tensor, box: tuple[int, int, int, int]) -> None:
+    """Replace the box of a (3, H, W) image, in place, by the same box of the fill."""
+    left, top, right, bottom = box
+    image[:, top:bottom, left:right] = fill[:, top:bottom, left:right]
+
+
+def covered_copy(image: Tensor, fill: Tensor, cover: Cover) -> Tensor:
+    copy = image.clone()
+    paint(copy, fill, cover.box)
+    return copy
+
+
+def covered_batches(image: Tensor, fill: Tensor, covers: Sequence[Cover], batch_size: int) -> Iterator[Tensor]:
+    """(B, 3, H, W) batches of covered copies, each a fresh copy of the image with one cover painted."""
+    for start in range(0, len(covers), batch_size):
+        chunk = covers[start : start + batch_size]
+        batch = image.expand(len(chunk), *image.shape).clone()
+        for copy, cover in zip(batch, chunk, strict=True):
+            paint(copy, fill, cover.box)
+        yield batch
+
+
+def pixels_uint8(model: VitModel, image: Tensor) -> np.ndarray:
+    """A normalized (3, H, W) image back to (H, W, 3) uint8 pixels, for figures."""
+    mean = torch.tensor(model.mean).reshape(3, 1, 1)
+    std = torch.tensor(model.std).reshape(3, 1, 1)
+    pixels = image * std + mean
+    return (pixels.permute(1, 2, 0) * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+
+
+# ----- the target class
+
+
+@dataclass(frozen=True)
+class ClassProbability:
+    index: int
+    label: str
+    probability: float
+
+
+def parse_target(labels: Sequence[str], text: str | None) -> int | None:
+    """The class a --target names: None for the clean top-1, a class index, or a label matched case-insensitively
+    (whole label, then one of its comma-separated names, then a part of it)."""
+    if text is None:
+        return None
+    cleaned = text.strip()
+    if cleaned.isdigit():
+        index = int(cleaned)
+        if index >= len(labels):
+            raise UsageError(f"--target {index} does not exist: class indexes are 0..{len(labels) - 1}")
+        return index
+    wanted = cleaned.casefold()
+    folded = [label.casefold() for label in labels]
+    stages = [
+        [index for index, label in enumerate(folded) if label == wanted],
+        [index for index, label in enumerate(folded) if wanted in (name.strip() for name in label.split(","))],
+        [index for index, label in enumerate(folded) if wanted in label],
+    ]
+    for matches in stages:
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            listed = "; ".join(f"{index} {labels[index]}" for index in matches[:10])
+            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+            raise UsageError(f"--target {text!r} matches {len(matches)} classes: {listed}{more}; give the class index")
+    close = difflib.get_close_matches(wanted, folded, n=3, cutoff=0.6)
+    hint = "; close: " + "; ".join(f"{folded.index(c)} {labels[folded.index(c)]}" for c in close) if close else ""
+    raise UsageError(f"--target {text!r} matches no class label{hint}; give a label or an index 0..{len(labels) - 1}")
+
+
+def resolve_target(model: VitModel, text: str | None, clean: Tensor) -> int:
+    """The class to follow: the clean top-1 (clean holds the clean image's scores), or the class `text` names."""
+    index = parse_target(model.labels, text)
+    return int(clean.argmax()) if index is None else index
+
+
+# ----- measuring
+
+
+@dataclass(frozen=True)
+class CoverOutcome:
+    cover: Cover
+    target_probability: float
+    drop: float  # percentage points: 100 x (clean - covered); positive means the probability fell
+    top1: ClassProbability  # of the covered image
+    top1_changed: bool
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The clean image's facts every experiment compares against."""
+
+    source: ImageSource
+    weights: str  # the model weights' label
+    fill: str
+    target: ClassProbability
+    top1: ClassProbability
+
+
+def baseline(
+    model: VitModel, prepared: PreparedImage, target: str | None, fill: str, clean_logits: Tensor | None = None
+) -> Baseline:
+    """The clean image's target and top-1; `clean_logits` (classes,) saves the clean forward when already run."""
+    if clean_logits is None:
+        clean_logits = model.logits(prepared.input.unsqueeze(0))[0]
+    clean = clean_logits.softmax(dim=-1)
+    index = resolve_target(model, target, clean)
+    top = int(clean.argmax())
+    return Baseline(
+        prepared.source,
+        model.spec.label,
+        fill,
+        ClassProbability(index, model.labels[index], float(clean[index])),
+        ClassProbability(top, model.labels[top], float(clean[top])),
+    )
+
+
+def measure_covers(
+    model: VitModel,
+    image: Tensor,
+    fill: Tensor,
+    covers: Sequence[Cover],
+    base: Baseline,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[CoverOutcome]:
+    """Run every covered copy through the model's own forward, `model.batch_size` copies at a time."""
+    outcomes = []
+    done = 0
+    for batch in covered_batches(image, fill, covers, model.batch_size):
+        probabilities = model.probabilities(batch)
+        best = probabilities.max(dim=-1)
+        for row in range(len(batch)):
+            covered = float(probabilities[row, base.target.index])
+            top = int(best.indices[row])
+            outcomes.append(
+                CoverOutcome(
+                    covers[done + row],
+                    covered,
+                    100.0 * (base.target.probability - covered),
+                    ClassProbability(top, model.labels[top], float(best.values[row])),
+                    top != base.top1.index,
+                )
+            )
+        done += len(batch)
+        if on_batch is not None:
+            on_batch(len(batch))
+    return outcomes
+
+
+def largest_drop(outcomes: Sequence[CoverOutcome]) -> CoverOutcome:
+    return max(outcomes, key=lambda outcome: outcome.drop)
+
+
+# ----- occlude-quadrants
+
+
+@dataclass
+class QuadrantOcclusion:
+    base: Baseline
+    outcomes: list[CoverOutcome]  # one per quadrant, in QUADRANTS order
+    crop: np.ndarray  # (H, W, 3) uint8: the clean input the model saw
+    covered_crops: list[np.ndarray]  # (H, W, 3) uint8 per outcome: the input with that quadrant covered
+
+    @property
+    def largest(self) -> CoverOutcome:
+        return largest_drop(self.outcomes)
+
+
+def occlude_quadrants(
+    model: VitModel, prepared: PreparedImage, target: str | None, fill: str, clean_logits: Tensor | None = None
+) -> QuadrantOcclusion:
+    base = baseline(model, prepared, target, fill, clean_logits)
+    covers = quadrant_covers(model.grid)
+    fill_pixels = fill_image(model, prepared, fill)
+    return QuadrantOcclusion(
+        base,
+        measure_covers(model, prepared.input, fill_pixels, covers, base),
+        prepared.crop_uint8(),
+        [pixels_uint8(model, covered_copy(prepared.input, fill_pixels, cover)) for cover in covers],
+    )
+
+
+# ----- occlude-patches
+
+
+def pixel_drop_map(covers: Sequence[Cover], drops: Sequence[float], grid: PatchGrid) -> Tensor:
+    """(H, W) float64: each pixel's mean drop over the windows covering it; NaN where no window reaches."""
+    total = torch.zeros(grid.image_height, grid.image_width, dtype=torch.float64)
+    count = torch.zeros_like(total)
+    for cover, drop in zip(covers, drops, strict=True):
+        left, top, right, bottom = cover.box
+        total[top:bottom, left:right] += drop
+        count[top:bottom, left:right] += 1
+    return total / count
+
+
+def patch_drop_grid(pixel_map: Tensor, grid: PatchGrid) -> Tensor:
+    """(rows, cols): the mean of the pixel map over each patch's pixels (NaN if any of them is uncovered)."""
+    size = grid.patch_size
+    trimmed = pixel_map[: grid.rows * size, : grid.cols * size]
+    return trimmed.reshape(grid.rows, size, grid.cols, size).mean(dim=(1, 3))
+
+
+@dataclass(frozen=True)
+class DropCounts:
+    """How the covers moved the target probability."""
+
+    lowered: int  # covers that lowered it by more than UNCHANGED_PROBABILITY
+    raised: int
+    unchanged: int
+    min_covered_probability: float
+    max_covered_probability: float
+    top1_changed_covers: int
+
+
+def drop_counts(outcomes: Sequence[CoverOutcome]) -> DropCounts:
+    unchanged = 100.0 * UNCHANGED_PROBABILITY
+    drops = [outcome.drop for outcome in outcomes]
+    probabilities = [outcome.target_probability for outcome in outcomes]
+    return DropCounts(
+        sum(drop > unchanged for drop in drops),
+        sum(drop < -unchanged for drop in drops),
+        sum(abs(drop) <= unchanged for drop in drops),
+        min(probabilities),
+        max(probabilities),
+        sum(outcome.top1_changed for outcome in outcomes),
+    )
+
+
+@dataclass
+class PatchOcclusion:
+    """Sliding-window covers over one image: every cover's outcome, and the drops mapped onto pixels and patches."""
+
+    base: Baseline
+    grid: PatchGrid
+    windows: SlidingWindows
+    outcomes: list[CoverOutcome]  # one per window, row by row
+    counts: DropCounts
+    pixel_map: Tensor  # (H, W) float64 points: mean drop of the windows covering each pixel, NaN under none
+    drop_grid: Tensor  # (grid rows, grid cols) float64 points: the pixel map's mean over each patch
+    crop: np.ndarray  # (H, W, 3) uint8: the input the model saw
+
+    @property
+    def largest(self) -> CoverOutcome:
+        return largest_drop(self.outcomes)
+
+    @property
+    def uncovered_pixels(self) -> int:
+        return int(self.pixel_map.isnan().sum())
+
+
+def occlude_patches(
+    model: VitModel,
+    prepared: PreparedImage,
+    windows: SlidingWindows,
+    target: str | None,
+    fill: str,
+    on_batch: Callable[[int], None] | None = None,
+    clean_logits: Tensor | None = None,
+) -> PatchOcclusion:
+    base = baseline(model, prepared, target, fill, clean_logits)
+    covers = list(windows)
+    outcomes = measure_covers(model, prepared.input, fill_image(model, prepared, fill), covers, base, on_batch)
+    pixel_map = pixel_drop_map(covers, [outcome.drop for outcome in outcomes], model.grid)
+    return PatchOcclusion(
+        base,
+        model.grid,
+        windows,
+        outcomes,
+        drop_counts(outcomes),
+        pixel_map,
+        patch_drop_grid(pixel_map, model.grid),
+        prepared.crop_uint8(),
+    )

@@ -1,0 +1,82 @@
+"""Attention summaries (`AttentionSummary`) as a table, CSV rows, JSON and a summary; they have no figure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from vitcli.experiments.attention import SELF_CHECK_TOLERANCE
+from vitcli.experiments.attention_summary import AttentionSummary
+from vitcli.presentation.attention import grid_json, query_json, query_label, self_check_json, titled_table
+from vitcli.render import weights_caption
+
+
+def table(result: AttentionSummary) -> Table:
+    worst = max(result.self_check.values())
+    summary_table = titled_table(
+        result.source.path,
+        f"attention summary of {_query_label(result)}",
+        "entropy of the row in bits; mean distance between query and patch sources in patches, weighted by their "
+        "share of the patch attention"
+        f"\nself-check max |difference| {worst:.2g} (tolerance {SELF_CHECK_TOLERANCE:g})"
+        f"\n{weights_caption(result.weights)}",
+    )
+    top = "top source (mean attention %)" if result.query is None else "top source (attention %)"
+    for column in ("block", "head", "CLS %", "entropy (bits)", "mean distance", top):
+        summary_table.add_column(column, justify="right")
+    for entry in result.entries:
+        summary_table.add_row(
+            str(entry.block),
+            str(entry.head),
+            f"{100 * entry.cls_mass:.2f}",
+            f"{entry.entropy_bits:.3f}",
+            "-" if entry.mean_distance is None else f"{entry.mean_distance:.2f}",
+            f"{result.grid.token_name(entry.top_token)} {100 * entry.top_attention:.2f}",
+        )
+    return summary_table
+
+
+def rows(result: AttentionSummary) -> list[dict[str, Any]]:
+    return [
+        {
+            "query": "all" if result.query is None else result.query.name,
+            "block": entry.block,
+            "head": entry.head,
+            "cls_mass": entry.cls_mass,
+            "entropy_bits": entry.entropy_bits,
+            "mean_distance_patches": entry.mean_distance,
+            "top_source": result.grid.token_name(entry.top_token),
+            "top_token": entry.top_token,
+            "top_attention": entry.top_attention,
+        }
+        for entry in result.entries
+    ]
+
+
+def document(result: AttentionSummary) -> dict[str, Any]:
+    return {
+        "weights": result.weights,
+        "query": "all" if result.query is None else query_json(result.query),
+        "grid": grid_json(result.grid),
+        "self_check": self_check_json(result.self_check),
+        "summary": rows(result),
+    }
+
+
+def summary(result: AttentionSummary) -> dict[str, Any]:
+    distances = [entry.mean_distance for entry in result.entries if entry.mean_distance is not None]
+    return {
+        "attention_summary_query": "all" if result.query is None else result.query.name,
+        "attention_summary_mean_cls_mass": sum(entry.cls_mass for entry in result.entries) / len(result.entries),
+        "attention_summary_mean_entropy_bits": sum(entry.entropy_bits for entry in result.entries)
+        / len(result.entries),
+        "attention_summary_mean_distance_patches": sum(distances) / len(distances) if distances else None,
+        "attention_summary_self_check_max": max(result.self_check.values()),
+    }
+
+
+def _query_label(result: AttentionSummary) -> str:
+    if result.query is None:
+        return f"all {result.grid.num_tokens} queries (averaged)"
+    return query_label(result.query)

@@ -1,0 +1,360 @@
+"""The occlusion experiments as people and programs see them: quadrants (`QuadrantOcclusion`) and sliding
+windows (`PatchOcclusion`).
+
+`table`, `rows`, `document`, `figure` and `summary` accept either result; `drop_grid_text` is the sliding windows'
+drop grid as CSV text, one grid row per line.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+from vitcli.experiments.occlusion import (
+    Baseline,
+    ClassProbability,
+    Cover,
+    CoverOutcome,
+    PatchOcclusion,
+    QuadrantOcclusion,
+)
+from vitcli.render import weights_caption
+
+STRONGEST_SHOWN = 5  # covers listed in the sliding windows' table
+
+
+# ----- tables
+
+
+@singledispatch
+def table(result: Any) -> Any:
+    raise TypeError(f"no occlusion table for {type(result).__name__}")
+
+
+@table.register
+def _quadrant_table(result: QuadrantOcclusion) -> Table:
+    base = result.base
+    quadrants = Table(
+        title=f"{base.source.path}\n{base.fill} quadrants, target {_short(base.target)}; * = top-1 changed",
+        caption=weights_caption(base.weights),
+    )
+    for column in ("region", "box l,t,r,b", "target p", "drop (pts)", "top-1 after", "max"):
+        quadrants.add_column(
+            column,
+            justify="right" if column in ("target p", "drop (pts)") else "left",
+            no_wrap=column == "box l,t,r,b",
+        )
+    largest = result.largest
+    for outcome in result.outcomes:
+        quadrants.add_row(
+            outcome.cover.name,
+            _box_text(outcome.cover.box),
+            f"{outcome.target_probability:.6f}",
+            _points(outcome.drop),
+            _top1_after(outcome),
+            "<-" if outcome is largest else "",
+            style="bold" if outcome is largest else None,
+        )
+    return quadrants
+
+
+@table.register
+def _patch_table(result: PatchOcclusion) -> Group:
+    base, counts, largest, windows = result.base, result.counts, result.largest, result.windows
+    facts = Table(
+        title=f"{base.source.path}  {len(result.outcomes)} covers of {windows.size}x{windows.size} px, stride "
+        f"{windows.stride}, {base.fill} fill: target {_short(base.target)}",
+        caption=weights_caption(base.weights),
+        show_header=False,
+    )
+    facts.add_column("quantity")
+    facts.add_column("value")
+    facts.add_row("largest drop (points)", f"{_points(largest.drop)} at {_where(largest.cover)}")
+    facts.add_row(
+        "covers lowering / raising / not changing it", f"{counts.lowered} / {counts.raised} / {counts.unchanged}"
+    )
+    facts.add_row(
+        "target p under a cover: min .. max",
+        f"{counts.min_covered_probability:.6f} .. {counts.max_covered_probability:.6f}",
+    )
+    facts.add_row(
+        "top-1 changed",
+        f"yes, by {counts.top1_changed_covers} covers"
+        if counts.top1_changed_covers
+        else f"no: stays {_short(base.top1)}",
+    )
+    if result.uncovered_pixels:
+        facts.add_row("pixels no window reaches", str(result.uncovered_pixels))
+    strongest = Table(title="largest drops (* = top-1 changed)")
+    for column in ("cover", "row", "col", "box l,t,r,b", "target p", "drop (pts)", "top-1 after"):
+        strongest.add_column(
+            column,
+            justify="right" if column in ("row", "col", "target p", "drop (pts)") else "left",
+            no_wrap=column == "box l,t,r,b",
+        )
+    for outcome in sorted(result.outcomes, key=lambda outcome: outcome.drop, reverse=True)[:STRONGEST_SHOWN]:
+        strongest.add_row(
+            outcome.cover.name,
+            str(outcome.cover.row),
+            str(outcome.cover.col),
+            _box_text(outcome.cover.box),
+            f"{outcome.target_probability:.6f}",
+            _points(outcome.drop),
+            _top1_after(outcome),
+        )
+    return Group(facts, strongest)
+
+
+# ----- CSV rows
+
+
+@singledispatch
+def rows(result: Any) -> list[dict[str, Any]]:
+    raise TypeError(f"no occlusion rows for {type(result).__name__}")
+
+
+@rows.register
+def _quadrant_rows(result: QuadrantOcclusion) -> list[dict[str, Any]]:
+    largest = result.largest
+    return [
+        {
+            **_row_prefix(result.base),
+            "region": outcome.cover.name,
+            **{key: value for key, value in _outcome_fields(outcome).items() if key not in ("cover", "patch")},
+            "largest_drop": outcome is largest,
+            "fill": result.base.fill,
+        }
+        for outcome in result.outcomes
+    ]
+
+
+@rows.register
+def _patch_rows(result: PatchOcclusion) -> list[dict[str, Any]]:
+    return [
+        {**_row_prefix(result.base), **_outcome_fields(outcome), "fill": result.base.fill}
+        for outcome in result.outcomes
+    ]
+
+
+def drop_grid_text(result: PatchOcclusion) -> str:
+    """The drop grid in points, one grid row per line, full precision; NaN where a patch is not fully covered."""
+    return "\n".join(",".join(repr(value) for value in row) for row in result.drop_grid.tolist()) + "\n"
+
+
+# ----- JSON documents
+
+
+@singledispatch
+def document(result: Any) -> dict[str, Any]:
+    raise TypeError(f"no occlusion document for {type(result).__name__}")
+
+
+@document.register
+def _quadrant_document(result: QuadrantOcclusion) -> dict[str, Any]:
+    return {
+        **_baseline_json(result.base),
+        "largest_drop_region": result.largest.cover.name,
+        "quadrants": [_outcome_fields(outcome) for outcome in result.outcomes],
+    }
+
+
+@document.register
+def _patch_document(result: PatchOcclusion) -> dict[str, Any]:
+    windows = result.windows
+    return {
+        **_baseline_json(result.base),
+        "window": {"size": windows.size, "stride": windows.stride, "rows": windows.rows, "cols": windows.cols},
+        "summary": _patch_facts(result),
+        "drop_grid_points": result.drop_grid.tolist(),
+        "covers": [_outcome_fields(outcome) for outcome in result.outcomes],
+    }
+
+
+def _patch_facts(result: PatchOcclusion) -> dict[str, Any]:
+    largest, counts = result.largest, result.counts
+    return {
+        "covers": len(result.outcomes),
+        "largest_drop_points": largest.drop,
+        "largest_drop_cover": largest.cover.name,
+        "largest_drop_patch": f"P{largest.cover.patch}" if largest.cover.patch else None,
+        "largest_drop_row": largest.cover.row,
+        "largest_drop_col": largest.cover.col,
+        "largest_drop_box": list(largest.cover.box),
+        "lowered": counts.lowered,
+        "raised": counts.raised,
+        "unchanged": counts.unchanged,
+        "min_covered_probability": counts.min_covered_probability,
+        "max_covered_probability": counts.max_covered_probability,
+        "top1_changed": counts.top1_changed_covers > 0,
+        "top1_changed_covers": counts.top1_changed_covers,
+        "uncovered_pixels": result.uncovered_pixels,
+    }
+
+
+# ----- headline numbers for a batch run's summary.csv
+
+
+@singledispatch
+def summary(result: Any) -> dict[str, Any]:
+    raise TypeError(f"no occlusion summary for {type(result).__name__}")
+
+
+@summary.register
+def _quadrant_summary(result: QuadrantOcclusion) -> dict[str, Any]:
+    largest = result.largest
+    return {
+        "quadrants_target_class": result.base.target.index,
+        "quadrants_clean_probability": result.base.target.probability,
+        "quadrants_largest_drop_region": largest.cover.name,
+        "quadrants_largest_drop_points": largest.drop,
+        "quadrants_top1_changed": any(outcome.top1_changed for outcome in result.outcomes),
+    }
+
+
+@summary.register
+def _patch_summary(result: PatchOcclusion) -> dict[str, Any]:
+    largest = result.largest
+    return {
+        "occlusion_target_class": result.base.target.index,
+        "occlusion_clean_probability": result.base.target.probability,
+        "occlusion_largest_drop_cover": largest.cover.name,
+        "occlusion_largest_drop_points": largest.drop,
+        "occlusion_lowered": result.counts.lowered,
+        "occlusion_top1_changed_covers": result.counts.top1_changed_covers,
+    }
+
+
+# ----- figures
+
+
+@singledispatch
+def figure(result: Any) -> Any:
+    raise TypeError(f"no occlusion figure for {type(result).__name__}")
+
+
+@figure.register
+def _quadrant_figure(result: QuadrantOcclusion) -> Any:
+    from vitcli.figures import figure as panels_figure
+    from vitcli.figures import outline, show_crop, title
+
+    base = result.base
+    fig, panels = panels_figure(5, size=3.2)
+    show_crop(panels[0], result.crop)
+    panels[0].set_title(f"clean\np = {base.target.probability:.4g}", fontsize=9)
+    largest = result.largest
+    for panel, outcome, covered in zip(panels[1:], result.outcomes, result.covered_crops, strict=True):
+        show_crop(panel, covered)
+        outline(panel, outcome.cover.box)
+        marker = "  (largest drop)" if outcome is largest else ""
+        panel.set_title(
+            f"{outcome.cover.name} covered{marker}\n"
+            f"p = {outcome.target_probability:.4g}, drop {_points(outcome.drop)} pts",
+            fontsize=9,
+        )
+    title(
+        fig,
+        f"{base.source.path.name}: probability of {base.target.index} {_first_name(base.target)}"
+        f" with each quadrant covered ({base.fill} fill)",
+        base.weights,
+    )
+    return fig
+
+
+@figure.register
+def _patch_figure(result: PatchOcclusion) -> Any:
+    from vitcli.figures import draw_grid, outline, overlay, show_crop, title
+    from vitcli.figures import figure as panels_figure
+
+    base, windows = result.base, result.windows
+    reach = max(abs(outcome.drop) for outcome in result.outcomes) or 1e-9
+    fig, panels = panels_figure(2, size=4.5)
+    show_crop(panels[0], result.crop)
+    draw_grid(panels[0], result.grid)
+    panels[0].set_title("input crop", fontsize=9)
+    mappable = overlay(panels[1], result.crop, result.pixel_map.numpy(), "RdBu_r", -reach, reach, alpha=0.75)
+    largest = result.largest
+    outline(panels[1], largest.cover.box, color="black", width=2.5)
+    panels[1].set_title(
+        f"drop map, colour scale centred on 0\noutlined: largest drop, {largest.cover.name} "
+        f"(row {largest.cover.row}, col {largest.cover.col})\n{_points(largest.drop)} points",
+        fontsize=9,
+    )
+    fig.colorbar(mappable, ax=panels, shrink=0.8, pad=0.03, label="drop in percentage points (red: probability fell)")
+    title(
+        fig,
+        f"{base.source.path.name}: drop in probability of {base.target.index} {_first_name(base.target)} "
+        f"({len(result.outcomes)} covers {windows.size}x{windows.size} px, stride {windows.stride}, {base.fill} fill)",
+        base.weights,
+    )
+    return fig
+
+
+# ----- small shared pieces
+
+
+def _baseline_json(base: Baseline) -> dict[str, Any]:
+    return {
+        "weights": base.weights,
+        "fill": base.fill,
+        "target": {
+            "class_index": base.target.index,
+            "label": base.target.label,
+            "clean_probability": base.target.probability,
+        },
+        "clean_top1": {"class_index": base.top1.index, "label": base.top1.label, "probability": base.top1.probability},
+    }
+
+
+def _row_prefix(base: Baseline) -> dict[str, Any]:
+    return {
+        "target_class": base.target.index,
+        "target_label": base.target.label,
+        "clean_probability": base.target.probability,
+    }
+
+
+def _outcome_fields(outcome: CoverOutcome) -> dict[str, Any]:
+    left, top, right, bottom = outcome.cover.box
+    return {
+        "cover": outcome.cover.name,
+        "patch": f"P{outcome.cover.patch}" if outcome.cover.patch else "",
+        "row": outcome.cover.row,
+        "col": outcome.cover.col,
+        "left": left,
+        "top": top,
+        "right": right,
+        "bottom": bottom,
+        "target_probability": outcome.target_probability,
+        "drop_points": outcome.drop,
+        "top1_class": outcome.top1.index,
+        "top1_label": outcome.top1.label,
+        "top1_probability": outcome.top1.probability,
+        "top1_changed": outcome.top1_changed,
+    }
+
+
+def _first_name(score: ClassProbability) -> str:
+    return score.label.split(",")[0]
+
+
+def _short(score: ClassProbability) -> str:
+    return f"{score.index} {_first_name(score)} ({score.probability:.4f})"
+
+
+def _box_text(box: tuple[int, int, int, int]) -> str:
+    return ",".join(str(value) for value in box)
+
+
+def _top1_after(outcome: CoverOutcome) -> str:
+    return f"{outcome.top1.index} {_first_name(outcome.top1)}" + ("*" if outcome.top1_changed else "")
+
+
+def _points(drop: float) -> str:
+    return f"{drop:+.4g}"
+
+
+def _where(cover: Cover) -> str:
+    return f"{cover.name} (row {cover.row}, col {cover.col}; box {_box_text(cover.box)})"
