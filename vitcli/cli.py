@@ -1,19 +1,12 @@
-"""The `vitcli` entry point: the Typer app with every command registered."""
+"""The `vitcli` entry point: the Typer app with every command registered, in the order `vitcli --help` lists them."""
 
-from vitcli.commands import (  # noqa: F401  (registers)
-    attend,
-    batch,
-    compare,
-    compare_patch_size,
-    explain,
-    lens,
-    occlude,
-    patches,
-    predict,
-    probe,
-    report,
-    trace,
-)
+# Registration order is the order of --help: the lecture's steps first, batch runs last.
+# isort: off
+from vitcli.commands import predict, patches, attend, occlude, compare_patch_size  # noqa: F401
+from vitcli.commands import trace, compare, lens, explain, probe  # noqa: F401
+from vitcli.commands import batch, report  # noqa: F401
+
+# isort: on
 from vitcli.shell import app, run
 
 __all__ = ["app", "main"]

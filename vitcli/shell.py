@@ -40,6 +40,15 @@ app = typer.Typer(
 __all__ = ["CommandContext", "ImagesArgument", "app", "run", "vitcli_command"]
 
 _PARSE_CONTEXT = "parse_context"
+# How `vitcli --help` groups the commands.
+COMMAND_PANELS = {
+    **dict.fromkeys(
+        ("predict", "patches", "attend", "occlude-quadrants", "occlude-patches", "compare-patch-size"),
+        "One photo through the model (the lecture's steps)",
+    ),
+    **dict.fromkeys(("trace", "compare", "lens", "explain", "probe"), "Deeper: traces, comparisons, explanations"),
+    **dict.fromkeys(("run", "merge", "report"), "Many images and experiments"),
+}
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 EXIT_BROKEN_PIPE = 141
@@ -94,6 +103,7 @@ def vitcli_command(
 
         command.__signature__ = signature.replace(parameters=own + shared)  # type: ignore[attr-defined]
         command.__annotations__ = {parameter.name: parameter.annotation for parameter in own + shared}
+        command_settings.setdefault("rich_help_panel", COMMAND_PANELS.get(name))
         if examples:
             command_settings.setdefault(
                 "epilog", "[b]Examples[/b]\n\n" + "\n\n".join(f"  $ {line}" for line in examples)
