@@ -287,7 +287,8 @@ def compare_processes(image: Path, best_batch: int, repeats: int = 2) -> None:
                 times[name].append(seconds)
         import numpy as np
 
-        ours = np.loadtxt(Path(folder) / "vitcli" / "drop_grid.csv", delimiter=",")
+        (grid_file,) = (Path(folder) / "vitcli").rglob("occlusion-patches-*.grid.csv")
+        ours = np.loadtxt(grid_file, delimiter=",")
         theirs = np.loadtxt(Path(folder) / "captum1.csv", delimiter=",")
         print(f"\nwhole processes (median of {repeats}; vitcli also writes 2 CSVs, JSON and a PNG):")
         medians = {name: statistics.median(values) for name, values in times.items()}

@@ -248,3 +248,19 @@ def test_a_run_killed_by_sigterm_resumes_without_redoing_or_duplicating(photo, t
     pairs = [(entry["image"], entry["experiment"]) for entry in after["results"]]
     assert len(pairs) == len(set(pairs)) == 48
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in mtimes.items())
+
+
+@pytest.mark.parametrize("name", ["lecture.toml", "sweep.toml"])
+def test_the_shipped_configs_are_valid_for_the_default_model(name, monkeypatch):
+    """Every key of the shipped configs converts and every experiment passes its usage checks (no weights needed)."""
+    import vitcli.cli  # noqa: F401  (registers the commands the configs name)
+    from vitcli.batch.config import load_config
+    from vitcli.batch.execute import check_experiments
+    from vitcli.context import CommandContext
+    from vitcli.spec import WeightsSpec
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / name)
+    context = CommandContext("run", WeightsSpec(), "cpu", None, Path("unused"), "table", True)
+    check_experiments(context, config)
+    assert config.images and all(Path(image).exists() for image in config.images)
+    assert len([job for experiment in config.experiments for job in experiment.jobs]) == len(config.experiments)

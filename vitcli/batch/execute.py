@@ -9,12 +9,14 @@ written after every batch of images and when the run ends or is interrupted. Re-
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.batch.config import RunConfig, located
 from vitcli.batch.manifest import Manifest, merge, read_manifests, stem, summary_frame
 from vitcli.errors import UsageError, VitcliError
+from vitcli.jobs import Job
 from vitcli.naming import MODEL_SUBJECT, safe_name
 from vitcli.output import json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
@@ -34,7 +36,7 @@ def check_experiments(context: CommandContext, config: RunConfig) -> None:
 
 
 def execute(context: CommandContext, config: RunConfig, arguments: list[str] | None, force: bool) -> Report:
-    from vitcli.runner import Failure, Published, Report, Runner, progress_display
+    from vitcli.runner import Report, Runner, progress_display
 
     check_experiments(context, config)
     if not arguments and not config.images:
@@ -69,16 +71,8 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     runner.on_chunk_done = save
     try:
         for job in (job for job in jobs if job.scope == "model"):
-            if complete(MODEL_SUBJECT, job.name()):
-                continue
-            try:
-                paths_written, presentation = publisher.publish(MODEL_SUBJECT, None, job, job.compute_once(model))
-            except StoreError:
-                raise
-            except VitcliError as error:
-                runner.fail(report, Failure("model", job.name(), str(error)))
-                continue
-            manifest.add(Published(MODEL_SUBJECT, None, job, paths_written, 0.0, 0.0, presentation.summary), root)
+            if not complete(MODEL_SUBJECT, job.name()):
+                _run_once(job, model, publisher, runner, report, manifest, root)
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
         runner.publish_across_images(paths, report)
@@ -110,6 +104,26 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "" if value is None else str(value)
+
+
+def _run_once(
+    job: Job, model: Any, publisher: Any, runner: Any, report: Report, manifest: Manifest, root: Path
+) -> None:
+    """A job about the model alone (compare-patch-size's counts): once per run, in the `model` folder."""
+    from vitcli.runner import Failure, Published
+
+    started = time.perf_counter()
+    try:
+        result = job.compute_once(model)
+        computed = time.perf_counter()
+        files, presentation = publisher.publish(MODEL_SUBJECT, None, job, result)
+    except StoreError:
+        raise
+    except VitcliError as error:
+        runner.fail(report, Failure("model", job.name(), str(error)))
+        return
+    timing = (computed - started, time.perf_counter() - computed)
+    manifest.add(Published(MODEL_SUBJECT, None, job, files, *timing, presentation.summary), root)
 
 
 def _resume(root: Path, shard: str | None, identity: str, force: bool) -> Manifest | None:
