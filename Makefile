@@ -52,6 +52,8 @@ docs-check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/occlusion.py
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/explain.py
 
 clean:
 	rm -rf $(VENV) outputs/ .pytest_cache

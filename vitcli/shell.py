@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 import traceback
+import typing
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -76,17 +77,21 @@ def _root(
 
 
 def vitcli_command(
-    name: str, examples: Sequence[str] = (), **command_settings: Any
+    name: str, examples: Sequence[str] = (), options: Sequence[str] | None = None, **command_settings: Any
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a command that takes a CommandContext first; the shared options are added to its signature and
-    `examples` (command lines) end its --help."""
+    """Register a command that takes a CommandContext first; the shared options (all, or the names in `options`
+    for commands that load no model) are added to its signature and `examples` (command lines) end its --help."""
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(function, eval_str=True)
         own = list(signature.parameters.values())[1:]
+        for parameter in own:
+            _flags_take_no_value(parameter.annotation)
+        taken = SHARED_NAMES if options is None else list(options)
         shared = [
             inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
             for option, annotation, default in SHARED_OPTIONS
+            if option in taken
         ]
         # Typer fills a parameter annotated typer.Context: it tells which options were typed, not defaulted.
         shared.append(inspect.Parameter(_PARSE_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
@@ -94,7 +99,9 @@ def vitcli_command(
         @functools.wraps(function)
         def command(**arguments: Any) -> None:
             parse_context = arguments.pop(_PARSE_CONTEXT)
-            shared_values = {option: arguments.pop(option) for option in SHARED_NAMES}
+            shared_values = {
+                option: arguments.pop(option) if option in taken else default for option, _, default in SHARED_OPTIONS
+            }
             with errors_for_people(shared_values["debug"]):
                 context = build_context(name, **shared_values)
                 context.explicit_options = _given_on_the_command_line(parse_context, shared_values)
@@ -189,6 +196,14 @@ def build_context(
         fail_fast=fail_fast,
         shard=Shard.parse(shard) if shard is not None else None,
     )
+
+
+def _flags_take_no_value(annotation: Any) -> None:
+    """An on/off option gets an empty metavar; otherwise Typer's help shows `--force <bool>` as if it took one."""
+    if typing.get_origin(annotation) is typing.Annotated and typing.get_args(annotation)[0] is bool:
+        for info in typing.get_args(annotation)[1:]:
+            if isinstance(info, typer.models.OptionInfo) and info.metavar is None:
+                info.metavar = ""
 
 
 def _given_on_the_command_line(parse_context: typer.Context, values: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import datetime
 import hashlib
 import inspect
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -75,7 +76,8 @@ class RunConfig:
             "name": self.name,
             "images": images,
             "target": self.target,
-            "model": {**_plain(self.model_options), **_plain(overrides)},
+            "model": {**_plain(self.model_options), **_plain(_only(overrides, MODEL_KEYS.values()))},
+            "output_dir": str(overrides.get("output_dir", self.output_dir)),
             "experiments": [{"command": item.command, **_plain(item.options)} for item in self.experiments],
         }
 
@@ -127,7 +129,7 @@ def load_config(path: Path) -> RunConfig:
     return RunConfig(
         path=path,
         name=name,
-        images=[str(base / image) if not Path(image).is_absolute() else image for image in images],
+        images=[os.path.normpath(base / image) for image in images],
         model_options=model_options,
         output_dir=None if "dir" not in output else str(base / _string(output["dir"], "output.dir")),
         target=None if target is None else str(target),
@@ -234,6 +236,10 @@ def _string(value: Any, where: str) -> str:
 
 def _python_name(key: str) -> str:
     return key.replace("-", "_")
+
+
+def _only(options: dict[str, Any], names: Any) -> dict[str, Any]:
+    return {key: value for key, value in options.items() if key in set(names)}
 
 
 def _plain(options: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from vitcli.runner import Report
 
 
+FEW_IMAGES = 6  # up to this many images, the closing table has one column per image
+FEW_COLUMNS = 5  # beyond that, it shows the image and this many summary columns
+
+
 def check_experiments(context: CommandContext, config: RunConfig) -> None:
     """Every experiment's usage checks against the architecture, with the config key they came from."""
     for experiment in config.experiments:
@@ -86,16 +90,26 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
 
 
 def summary_table(manifest: Manifest, root: Path) -> Any:
-    """summary.csv as a rich table: one row per image, numbers to 4 significant digits."""
+    """summary.csv as a rich table, numbers to 4 significant digits: one column per image when there are a few
+    (the headline numbers read down), else the first columns of one row per image (all of them in summary.csv)."""
     from rich.table import Table
 
     from vitcli.render import weights_caption
 
     frame = summary_frame(manifest.results).drop(columns=["image_sha256"])
-    table = Table(title=f"{root}: {len(frame)} images", caption=weights_caption(manifest.provenance["weights_label"]))
-    for column in frame.columns:
-        table.add_column(str(column), justify="left" if column == "image" else "right", overflow="fold")
-    for row in frame.itertuples(index=False):
+    caption = weights_caption(manifest.provenance["weights_label"])
+    table = Table(title=f"{root}: {len(frame)} images (all numbers in summary.csv)", caption=caption)
+    if len(frame) <= FEW_IMAGES:
+        table.add_column("")
+        for image in frame["image"]:
+            table.add_column(Path(image).name, justify="right")
+        for column in frame.columns[1:]:
+            table.add_row(str(column), *(_cell(value) for value in frame[column]))
+        return table
+    shown = list(frame.columns[: 1 + FEW_COLUMNS])
+    for column in shown:
+        table.add_column(str(column), justify="left" if column == "image" else "right")
+    for row in frame[shown].itertuples(index=False):
         table.add_row(*(_cell(value) for value in row))
     return table
 

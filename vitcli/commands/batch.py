@@ -19,10 +19,12 @@ from vitcli.shell import build_context, vitcli_command
 )
 def run_command(
     context: CommandContext,
-    config: Annotated[Path, typer.Argument(help="A TOML config: model, images and [[experiments]] tables.")],
+    config: Annotated[
+        Path, typer.Argument(metavar="CONFIG", help="A TOML config: model, images and \\[\\[experiments]] tables.")
+    ],
     images: Annotated[
         list[str] | None,
-        typer.Argument(metavar="[IMAGE]...", help="Images that replace the config's images.", show_default=False),
+        typer.Argument(metavar="IMAGE", help="Images that replace the config's images.", show_default=False),
     ] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Redo every result, even those a previous run of the config completed.")
@@ -30,8 +32,8 @@ def run_command(
 ) -> None:
     """Run a config's experiments over its images in one process: the model loads once, each image is read once.
 
-    Results land in OUTPUT/NAME/ with the files of the single commands, manifest.json and summary.csv (one row per
-    image). Options given here override the config's [model] and [output]; a re-run skips finished results.
+    Results land in OUTPUT/NAME/: the single commands' files, manifest.json and summary.csv (one row per image).
+    Options given here override the config's \\[model] and \\[output]; a re-run skips finished results.
     """
     from vitcli.batch.config import load_config
     from vitcli.batch.execute import execute
@@ -55,6 +57,7 @@ def run_command(
 
 @vitcli_command(
     "merge",
+    options=("quiet", "debug"),
     examples=[
         "vitcli merge outputs/sweep",
         "vitcli merge machine1/outputs/sweep machine2/outputs/sweep --into outputs/sweep-all",

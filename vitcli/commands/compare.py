@@ -23,13 +23,15 @@ class CompareJob(Job):
         self.classes: list[int] = []  # resolved against the labels by check()
 
     def check(self, architecture: Any) -> None:
-        from vitcli.experiments.compare import resolve_class
+        from vitcli.classes import resolve_class
 
         if not 1 <= self.top_k <= architecture.num_classes:
             raise UsageError(
                 f"--top-k must be between 1 and {architecture.num_classes} (the model's classes), not {self.top_k}"
             )
-        self.classes = list(dict.fromkeys(resolve_class(architecture.labels, text) for text in self.class_texts))
+        self.classes = list(
+            dict.fromkeys(resolve_class(architecture.labels, text, "--class") for text in self.class_texts)
+        )
 
     def name(self) -> str:
         classes = setting("c", self.classes) if self.classes else "ctop1"

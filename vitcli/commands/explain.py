@@ -30,10 +30,9 @@ class Method(StrEnum):
 
 def resolve_target_text(architecture: Any, text: str | None) -> int | None:
     """A --target text as a class index before weights load; None keeps the clean top-1 (known only per image)."""
-    from vitcli.experiments.occlusion import resolve_target
+    from vitcli.classes import resolve_class
 
-    # With a text given, resolve_target reads only .labels and .num_classes, which the architecture has too.
-    return None if text is None else resolve_target(architecture, text, None)
+    return None if text is None else resolve_class(architecture.labels, text)
 
 
 class ExplainJob(Job):

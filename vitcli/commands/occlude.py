@@ -51,9 +51,9 @@ class OcclusionJob(Job):
         self.target: int | None = None  # class index; None follows each image's clean top-1
 
     def check(self, architecture: Any) -> None:
-        from vitcli.experiments.occlusion import parse_target
+        from vitcli.classes import resolve_class
 
-        self.target = parse_target(architecture.labels, self.target_text)
+        self.target = None if self.target_text is None else resolve_class(architecture.labels, self.target_text)
 
     @property
     def target_part(self) -> str:

@@ -11,6 +11,7 @@ from vitcli.shell import vitcli_command
 
 @vitcli_command(
     "report",
+    options=("quiet", "debug"),
     examples=[
         "vitcli report outputs/lecture",
         "vitcli report outputs/sweep --rows 10",

@@ -7,9 +7,7 @@ the readout logit = w_c . h + b_c is recomputed from the head's input h and chec
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -106,37 +104,6 @@ class CompareResult:
     patch_matches: PatchMatches | None  # only for exactly two images
     readout_error: float  # largest |w_c . h + b_c - model logit| over images and chosen classes
     pooling_error: float  # largest |the model's own pooling readout, recomputed - model logits|
-
-
-def resolve_class(labels: Sequence[str], text: str) -> int:
-    """A class given as its index or its label text (the whole label or one of its comma-separated names)."""
-    cleaned = text.strip()
-    if cleaned.isdigit():
-        index = int(cleaned)
-        if index >= len(labels):
-            raise UsageError(f"class {index} does not exist: the model has classes 0..{len(labels) - 1}")
-        return index
-    lowered = cleaned.lower()
-    matches = [index for index, label in enumerate(labels) if label.lower() == lowered]
-    if not matches:
-        matches = [index for index, label in enumerate(labels) if lowered in _names(label)]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        listed = ", ".join(f"{index} ({labels[index]})" for index in matches)
-        raise UsageError(f"class {cleaned!r} names several classes: {listed}; give the class index")
-    # Labels that hold the text as a word come first ("cat" -> "tabby, tabby cat"), then similar spellings.
-    word = re.compile(rf"\b{re.escape(lowered)}\b")
-    close = [index for index, label in enumerate(labels) if lowered and word.search(label.lower())]
-    names = {name: index for index, label in enumerate(labels) for name in _names(label)}
-    close += [names[name] for name in difflib.get_close_matches(lowered, list(names), n=5, cutoff=0.6)]
-    close = list(dict.fromkeys(close))[:5]
-    hint = f"; close matches: {', '.join(f'{index} ({labels[index]})' for index in close)}" if close else ""
-    raise UsageError(f"unknown class {cleaned!r}{hint}; give a class index 0..{len(labels) - 1} or a label")
-
-
-def _names(label: str) -> list[str]:
-    return [name.strip().lower() for name in label.split(",")]
 
 
 def compare_images(

@@ -8,7 +8,6 @@ in percentage points: positive means the probability fell.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vitcli.classes import resolve_class
 from vitcli.errors import UsageError
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
@@ -160,39 +160,9 @@ class ClassProbability:
     probability: float
 
 
-def parse_target(labels: Sequence[str], text: str | None) -> int | None:
-    """The class a --target names: None for the clean top-1, a class index, or a label matched case-insensitively
-    (whole label, then one of its comma-separated names, then a part of it)."""
-    if text is None:
-        return None
-    cleaned = text.strip()
-    if cleaned.isdigit():
-        index = int(cleaned)
-        if index >= len(labels):
-            raise UsageError(f"--target {index} does not exist: class indexes are 0..{len(labels) - 1}")
-        return index
-    wanted = cleaned.casefold()
-    folded = [label.casefold() for label in labels]
-    stages = [
-        [index for index, label in enumerate(folded) if label == wanted],
-        [index for index, label in enumerate(folded) if wanted in (name.strip() for name in label.split(","))],
-        [index for index, label in enumerate(folded) if wanted in label],
-    ]
-    for matches in stages:
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            listed = "; ".join(f"{index} {labels[index]}" for index in matches[:10])
-            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
-            raise UsageError(f"--target {text!r} matches {len(matches)} classes: {listed}{more}; give the class index")
-    close = difflib.get_close_matches(wanted, folded, n=3, cutoff=0.6)
-    hint = "; close: " + "; ".join(f"{folded.index(c)} {labels[folded.index(c)]}" for c in close) if close else ""
-    raise UsageError(f"--target {text!r} matches no class label{hint}; give a label or an index 0..{len(labels) - 1}")
-
-
 def resolve_target(model: VitModel, text: str | None, clean: Tensor) -> int:
     """The class to follow: the clean top-1 (clean holds the clean image's scores), or the class `text` names."""
-    index = parse_target(model.labels, text)
+    index = None if text is None else resolve_class(model.labels, text)
     return int(clean.argmax()) if index is None else index
 
 

@@ -1,0 +1,36 @@
+"""Naming a class on the command line: an index or a label, one meaning for every option that takes a class."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+from vitcli.errors import UsageError
+
+
+def resolve_class(labels: Sequence[str], text: str, option: str = "--target") -> int:
+    """The class `text` names: an index, or a label matched case-insensitively (the whole label, then one of its
+    comma-separated names, then a part of it); several matches or none are usage errors that list candidates."""
+    cleaned = text.strip()
+    if cleaned.isdigit():
+        index = int(cleaned)
+        if index >= len(labels):
+            raise UsageError(f"{option} {index} does not exist: class indexes are 0..{len(labels) - 1}")
+        return index
+    wanted = cleaned.casefold()
+    folded = [label.casefold() for label in labels]
+    stages = [
+        [index for index, label in enumerate(folded) if label == wanted],
+        [index for index, label in enumerate(folded) if wanted in (name.strip() for name in label.split(","))],
+        [index for index, label in enumerate(folded) if wanted in label],
+    ]
+    for matches in stages:
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            listed = "; ".join(f"{index} {labels[index]}" for index in matches[:10])
+            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+            raise UsageError(f"{option} {text!r} matches {len(matches)} classes: {listed}{more}; give the class index")
+    close = difflib.get_close_matches(wanted, folded, n=3, cutoff=0.6)
+    hint = "; close: " + "; ".join(f"{folded.index(c)} {labels[folded.index(c)]}" for c in close) if close else ""
+    raise UsageError(f"{option} {text!r} matches no class label{hint}; give a label or an index 0..{len(labels) - 1}")
