@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from PIL import Image
 from typer.testing import CliRunner
+
+if TYPE_CHECKING:
+    from vitcli.model import VitModel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -79,3 +83,27 @@ def result_files(root: Path, name: str) -> dict[str, Path]:
     folders = {path.parent for path in found}
     assert len(folders) == 1, f"expected {name}.* in one folder under {root}, found {found}"
     return {path.name[len(name) + 1 :]: path for path in found}
+
+
+def small_vit(name: str, seed: int = 0, **kwargs) -> VitModel:
+    """A real timm architecture, cut down (fewer blocks, smaller input) and seeded, wrapped as the CLI wraps it."""
+    import timm
+    import torch
+
+    from vitcli.model import VitModel
+    from vitcli.spec import WeightsSpec
+
+    torch.manual_seed(seed)
+    net = timm.create_model(name, pretrained=False, **kwargs)
+    return VitModel(net, WeightsSpec(model_name=name, random=True, seed=seed), torch.device("cpu"), 8)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread: other processes share the cores, and nothing compared here depends on the thread count."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-import timm
 import torch
 import torch.nn.functional as F
 
@@ -25,41 +24,27 @@ from vitcli.experiments.explain import (
 )
 from vitcli.model import VitModel
 from vitcli.presentation import explain as presentation
-from vitcli.spec import WeightsSpec
 
-from conftest import RANDOM_CPU, result_files
+from conftest import RANDOM_CPU, result_files, small_vit
 
 # float32 maps computed along different operation orders (timm scales q before q k^T, the oracle after) agree to
 # about 1e-6 of their largest value; 1e-5 leaves room and still catches any change of the rule.
 RELATIVE_TOLERANCE = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: other processes share the cores, and nothing compared here depends on the thread count."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def small_model(name: str, **kwargs) -> VitModel:
-    """A real timm architecture, cut down (fewer blocks, smaller input) and seeded, wrapped like the CLI does."""
-    torch.manual_seed(0)
-    net = timm.create_model(name, pretrained=False, **kwargs)
-    return VitModel(net, WeightsSpec(model_name=name, random=True, seed=0), torch.device("cpu"), 8)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny2():
     """ViT-Tiny with 2 blocks on a 64x64 input: 16 patches + CLS."""
-    return small_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
+    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
 
 
 @pytest.fixture(scope="module")
 def registers():
     """DINOv2 ViT-S/14 with 4 register tokens (CLS + REG1..REG4 before the patches), 2 blocks, 56x56: 4x4 patches."""
-    return small_model("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10)
+    return small_vit("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10)
 
 
 def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
@@ -150,7 +135,7 @@ def test_grad_rollout_attention_and_rollout_equal_hand_computations(vit, photo):
 
 @pytest.fixture(scope="module")
 def tiny2_double():
-    model = small_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=32)
+    model = small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=32)
     model.net.double()
     return model
 

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-import timm
 import torch
 
 from vitcli.errors import UsageError
@@ -22,27 +21,20 @@ from vitcli.experiments.faithfulness import (
 )
 from vitcli.model import VitModel
 from vitcli.presentation import explain as presentation
-from vitcli.spec import WeightsSpec
+
+from conftest import small_vit
 
 # Batched and one-at-a-time float32 forwards differ by rounding only (about 1e-7 in probability).
 PROBABILITY_TOLERANCE = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny2():
     """ViT-Tiny with 2 blocks on a 64x64 input: a 4x4 grid of 16 patches, quick enough for one patch per step."""
-    name = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
-    torch.manual_seed(0)
-    net = timm.create_model(name, pretrained=False, depth=2, img_size=64)
-    return VitModel(net, WeightsSpec(model_name=name, random=True, seed=0), torch.device("cpu"), 8)
+    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
 
 
 @pytest.fixture(scope="module")

@@ -8,35 +8,24 @@ import io
 import json
 
 import pytest
-import timm
 import torch
 
 from vitcli.experiments.lens import CLS, PATCH_MEAN, logit_lens
-from vitcli.model import VitModel
 from vitcli.presentation import lens as presentation
-from vitcli.spec import WeightsSpec
 
-from conftest import RANDOM_CPU, result_files
+from conftest import RANDOM_CPU, result_files, small_vit
 
 # Readouts of the same rows through the same modules, batched differently: float32 rounding only.
 PROBABILITY_TOLERANCE = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def registers():
     """DINOv2 ViT-S/14 with 4 register tokens, 2 blocks, 56x56: the patch mean must skip CLS and REG1..REG4."""
-    name = "vit_small_patch14_reg4_dinov2"
-    torch.manual_seed(0)
-    net = timm.create_model(name, pretrained=False, depth=2, img_size=56, num_classes=10)
-    return VitModel(net, WeightsSpec(model_name=name, random=True, seed=0), torch.device("cpu"), 8)
+    return small_vit("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10)
 
 
 def block_by_block(net, image: torch.Tensor, prefix: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -31,6 +31,18 @@ class Presentation:
     extra_files: dict[str, str] = field(default_factory=dict)  # more text files: suffix -> text, e.g. "grid.csv"
     summary: dict[str, Any] = field(default_factory=dict)  # headline numbers for a batch run's summary.csv
 
+    @classmethod
+    def of(cls, view: Any, result: Any) -> Presentation:
+        """From a presentation module with the usual functions: table, rows, document, figure (if any), summary."""
+        figure = getattr(view, "figure", None)
+        return cls(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=None if figure is None else lambda: figure(result),
+            summary=view.summary(result),
+        )
+
 
 class Steps:
     """Progress inside one job (occlusion batches, say); the runner replaces it with a progress bar."""

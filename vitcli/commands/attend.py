@@ -116,11 +116,7 @@ class AttendJob(Job):
         from vitcli.presentation import attention, attention_summary, rollout
 
         view = {View.summary: attention_summary, View.rollout: rollout}.get(self.view, attention)
-        # A summary is a table of numbers: it has no figure.
-        figure = None if view is attention_summary else (lambda: view.figure(result))
-        return Presentation(
-            view.table(result), view.rows(result), view.document(result), figure=figure, summary=view.summary(result)
-        )
+        return Presentation.of(view, result)  # a summary is a table of numbers: its module draws no figure
 
 
 def _query_part(query: Any) -> str:

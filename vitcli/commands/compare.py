@@ -43,13 +43,7 @@ class CompareJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import compare as view
 
-        return Presentation(
-            view.table(result),
-            view.rows(result),
-            view.document(result),
-            figure=lambda: view.figure(result),
-            summary=view.summary(result),
-        )
+        return Presentation.of(view, result)
 
 
 @vitcli_command(

@@ -76,13 +76,7 @@ class PatchSizeJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import patch_size as view
 
-        return Presentation(
-            view.table(result),
-            view.rows(result),
-            view.document(result),
-            figure=lambda: view.figure(result),
-            summary=view.summary(result),
-        )
+        return Presentation.of(view, result)
 
 
 class AdaptedPatchSizeJob(PatchSizeJob):

@@ -35,13 +35,7 @@ class LensJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import lens as view
 
-        return Presentation(
-            view.table(result),
-            view.rows(result),
-            view.document(result),
-            figure=lambda: view.figure(result),
-            summary=view.summary(result),
-        )
+        return Presentation.of(view, result)
 
 
 @builds_jobs("lens")

@@ -78,13 +78,7 @@ class OcclusionJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import occlusion as view
 
-        return Presentation(
-            view.table(result),
-            view.rows(result),
-            view.document(result),
-            figure=lambda: view.figure(result),
-            summary=view.summary(result),
-        )
+        return Presentation.of(view, result)
 
 
 class PatchOcclusionJob(OcclusionJob):

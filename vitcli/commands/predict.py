@@ -39,7 +39,7 @@ class PredictJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import predict as view
 
-        return Presentation(view.table(result), view.rows(result), view.document(result), summary=view.summary(result))
+        return Presentation.of(view, result)
 
 
 @builds_jobs("predict")

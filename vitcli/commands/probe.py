@@ -45,13 +45,7 @@ class ProbeJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import probe as view
 
-        return Presentation(
-            view.table(result),
-            view.rows(result),
-            view.document(result),
-            figure=lambda: view.figure(result),
-            summary=view.summary(result),
-        )
+        return Presentation.of(view, result)
 
 
 @vitcli_command(

@@ -58,13 +58,7 @@ class TraceJob(Job):
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import trace as view
 
-        return Presentation(
-            view.table(result),
-            view.rows(result),
-            view.document(result),
-            figure=lambda: view.figure(result),
-            summary=view.summary(result),
-        )
+        return Presentation.of(view, result)
 
 
 @builds_jobs("trace")
