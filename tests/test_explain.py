@@ -366,6 +366,7 @@ def test_explain_command_writes_raw_maps_and_curves(cli, workdir, vit, photo):
         assert np.allclose(np.array(entry["values"]), item.values, rtol=1e-6, atol=0)
     curves = list(csv.DictReader(io.StringIO(files["curves.csv"].read_text())))
     assert len(curves) == 3 * 2 * 3  # (2 maps + random) x (deletion, insertion) x (steps + 1)
+    assert {(row["image"], row["weights"], row["result"]) for row in curves} == {(str(photo), "RANDOM (seed 0)", name)}
     rows = list(csv.DictReader(io.StringIO(files["csv"].read_text())))
     assert len(rows) == 2 * vit.grid.num_patches and rows[0]["weights"] == "RANDOM (seed 0)"
 

@@ -94,8 +94,10 @@ class Publisher:
         }
         if presentation.figure is not None:
             files["png"] = _figure_writer(presentation.figure)
-        for suffix, text in presentation.extra_files.items():
-            files[suffix] = _text_writer(text)
+        for suffix, content in presentation.extra_files.items():
+            if not isinstance(content, str):
+                content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
+            files[suffix] = _text_writer(content)
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
         paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record))
         if self.announce_files:

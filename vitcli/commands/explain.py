@@ -118,10 +118,9 @@ class ExplainJob(Job):
         )
 
     def present(self, result: Any) -> Presentation:
-        from vitcli.output import csv_text
         from vitcli.presentation import explain as view
 
-        curves = {"curves.csv": csv_text(view.curve_rows(result))} if result.faithfulness is not None else {}
+        curves = {"curves.csv": view.curve_rows(result)} if result.faithfulness is not None else {}
         return Presentation(
             view.table(result),
             view.rows(result),
