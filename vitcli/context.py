@@ -5,7 +5,6 @@ Nothing here imports torch or timm at import time; the model loads on first use,
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
+from vitcli.hashing import file_sha256
 from vitcli.jobs import Job
 from vitcli.naming import model_folder
 from vitcli.output import Emitter, Messages
@@ -105,7 +105,7 @@ class CommandContext:
     @cached_property
     def model_folder(self) -> str:
         checkpoint = self.spec.checkpoint
-        digest = _file_sha256(checkpoint) if checkpoint is not None and checkpoint.is_file() else None
+        digest = file_sha256(checkpoint) if checkpoint is not None and checkpoint.is_file() else None
         return model_folder(self.spec.model_name, self.spec.random, self.spec.seed, checkpoint, digest)
 
     # ----- images and running
@@ -178,11 +178,3 @@ class CommandContext:
 
     def show_progress(self, images: int) -> bool:
         return not self.quiet and sys.stderr.isatty() and images > 0
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import importlib.util
 import warnings
 from dataclasses import dataclass
@@ -11,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from vitcli.errors import VitcliError
+from vitcli.hashing import file_sha256
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm"}
 # The Pillow formats of those suffixes (PPM covers .pgm, .pbm, .pnm). Other formats are refused from the header:
 # Pillow can open dozens more, some through external programs (EPS runs Ghostscript).
 PILLOW_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
-HASH_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def load_rgb(path: Path) -> tuple[Any, ImageSource]:
             # Pillow warns about damaged metadata ("Corrupt EXIF data"); the error or the pixels say what counts.
             warnings.filterwarnings("ignore", category=UserWarning, module="PIL")
             with Image.open(path, formats=PILLOW_FORMATS) as opened:
-                source = ImageSource(path, _sha256(path), opened.size, opened.mode)
+                source = ImageSource(path, file_sha256(path), opened.size, opened.mode)
                 opened.load()
                 rgb = _to_rgb(ImageOps.exif_transpose(opened))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
@@ -104,14 +103,6 @@ def load_rgb(path: Path) -> tuple[Any, ImageSource]:
         # Pillow's decoders report damaged data with many exception types (SyntaxError, struct.error, EOFError...).
         raise VitcliError(f"{path} is damaged or truncated{_detail(error)}") from error
     return rgb, source
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _detail(error: Exception) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
-import hashlib
 import json
 import os
 import secrets
@@ -28,6 +27,7 @@ from typing import Any, BinaryIO
 
 from vitcli import interrupts
 from vitcli.errors import UsageError, VitcliError
+from vitcli.hashing import file_sha256
 
 try:
     import fcntl
@@ -102,7 +102,7 @@ class OutputStore:
                 # Known before it exists, so that a signal arriving as the write returns cannot orphan it.
                 temporaries[final] = _temporary_name(final)
                 _write_temporary(temporaries[final], writer)
-            hashes = {final.name: _sha256(temporary) for final, temporary in temporaries.items()}
+            hashes = {final.name: file_sha256(temporary) for final, temporary in temporaries.items()}
             with interrupts.deferred(), _locked(folder):
                 index = read_index(folder)
                 old = index["results"].pop(result.name, None)
@@ -133,7 +133,8 @@ class OutputStore:
         if not entry:
             return False
         return all(
-            (folder / file).is_file() and _sha256(folder / file) == digest for file, digest in entry["files"].items()
+            (folder / file).is_file() and file_sha256(folder / file) == digest
+            for file, digest in entry["files"].items()
         )
 
 
@@ -173,14 +174,6 @@ def _write_temporary(temporary: Path, writer: Writer) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ forward gives the probe's logits. Features are cached by image SHA-256 in a dict
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +15,12 @@ import torch
 from torch import Tensor
 
 from vitcli.errors import UsageError, VitcliError
+from vitcli.hashing import file_sha256
 from vitcli.images import IMAGE_SUFFIXES
 from vitcli.model import VitModel
 
 DEFAULT_WEIGHT_DECAY = 1e-4
 MAX_ITERATIONS = 500
-HASH_CHUNK = 1 << 20
 
 
 @dataclass
@@ -102,15 +101,12 @@ def read_image_folder(root: Path) -> ImageFolder:
     return ImageFolder(root, classes, paths, labels)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def _sha256(path: Path) -> str:
+    """The cache key of one image: its SHA-256, or one line when the file cannot be read."""
     try:
-        with path.open("rb") as file:
-            while chunk := file.read(HASH_CHUNK):
-                digest.update(chunk)
+        return file_sha256(path)
     except OSError as error:
         raise VitcliError(f"cannot read {path}: {error.strerror or error}") from error
-    return digest.hexdigest()
 
 
 def extract_features(
@@ -123,7 +119,7 @@ def extract_features(
 
     on_progress(done, total) is called after the cache look-up and after each batch.
     """
-    hashes = [file_sha256(path) for path in paths]
+    hashes = [_sha256(path) for path in paths]
     missing = list(dict.fromkeys(digest for digest in hashes if digest not in cached))
     first_path: dict[str, Path] = {}
     for path, digest in zip(paths, hashes, strict=True):
