@@ -8,6 +8,7 @@ output) and the run goes on; `fail_fast` stops at the first failure instead.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from vitcli import interrupts
 from vitcli.errors import VitcliError
 from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
-from vitcli.naming import image_subject
+from vitcli.naming import MODEL_SUBJECT, image_subject
 from vitcli.output import Emitter, Messages, csv_text, json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
 
@@ -89,15 +90,15 @@ class Publisher:
         }
         rows = csv_rows(presentation.rows, subject_json, self.provenance, job.name())
         files: dict[str, Any] = {
-            "json": _text_writer(json_text(document) + "\n"),
-            "csv": _text_writer(csv_text(rows)),
+            "json": json_text(document) + "\n",
+            "csv": csv_text(rows),
         }
         if presentation.figure is not None:
             files["png"] = _figure_writer(presentation.figure)
         for suffix, content in presentation.extra_files.items():
             if not isinstance(content, str):
                 content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
-            files[suffix] = _text_writer(content)
+            files[suffix] = content
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
         paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record))
         if self.announce_files:
@@ -166,15 +167,20 @@ class Runner:
         from vitcli.naming import set_subject
 
         subject = set_subject(paths)
+        subject_json = {"images": [str(path) for path in paths]}
         for job, results in self.kept.items():
             if len(results) > 1 and job.present_across_images(results) is not None:
                 summary = AcrossImages(job, results)
-                subject_json = {"images": [str(path) for path in paths]}
-                with interrupts.deferred():
-                    files, presentation = self.publisher.publish(subject, subject_json, summary, results)
-                    published = Published(subject, subject_json, summary, files, 0.0, 0.0, presentation.summary)
-                    report.published.append(published)
-                    self.on_published(published)
+                self._compute_and_publish(summary, lambda kept=results: kept, subject, subject_json, subject, report)
+
+    def run_once(self, jobs: Sequence[Job], report: Report) -> None:
+        """Jobs about the model alone (compare-patch-size's counts): each once, in the `model` folder."""
+        for job in jobs:
+            if self.skip is not None and self.skip(MODEL_SUBJECT, job.name()):
+                report.skipped.append((MODEL_SUBJECT, job.name()))
+            else:
+                compute = functools.partial(job.compute_once, self.model)
+                self._compute_and_publish(job, compute, MODEL_SUBJECT, None, MODEL_SUBJECT, report)
 
     def _prepare(
         self, chunk: Sequence[Path], report: Report, steps: Steps
@@ -203,24 +209,40 @@ class Runner:
             work.clean = row
 
     def _run_one(self, job: Job, work: ImageWork, subject: str, report: Report) -> None:
+        source = work.image.source
+        result = self._compute_and_publish(
+            job, lambda: job.compute(work), subject, source.to_json(), str(source.path), report
+        )
+        if result is not None and job.aggregates:
+            self.kept.setdefault(job, []).append(result)
+
+    def _compute_and_publish(
+        self,
+        job: Job,
+        compute: Callable[[], Any],
+        subject: str,
+        subject_json: dict[str, Any] | None,
+        failure_subject: str,
+        report: Report,
+    ) -> Any:
+        """Compute one result, publish it and record it; its result, or None when it failed (reported)."""
         started = time.perf_counter()
-        source = work.image.source.to_json()
         try:
-            result = job.compute(work)
+            result = compute()
             computed = time.perf_counter()
             # Published files, the printed result and the run's record of it go together, even on SIGTERM.
             with interrupts.deferred():
-                paths, presentation = self.publisher.publish(subject, source, job, result)
+                paths, presentation = self.publisher.publish(subject, subject_json, job, result)
                 timing = (computed - started, time.perf_counter() - computed)
-                published = Published(subject, source, job, paths, *timing, presentation.summary)
+                published = Published(subject, subject_json, job, paths, *timing, presentation.summary)
                 report.published.append(published)
                 self.on_published(published)
-            if job.aggregates:
-                self.kept.setdefault(job, []).append(result)
         except StoreError:
             raise  # a full disk or a read-only folder fails every image after it too: stop with one line
         except VitcliError as error:
-            self.fail(report, Failure(str(work.image.source.path), job.name(), str(error)))
+            self.fail(report, Failure(failure_subject, job.name(), str(error)))
+            return None
+        return result
 
     def fail(self, report: Report, failure: Failure) -> None:
         report.failures.append(failure)
@@ -270,11 +292,6 @@ def progress_display(enabled: bool) -> Iterator[Any]:
         redirect_stderr=False,
     ) as progress:
         yield progress
-
-
-def _text_writer(text: str) -> Callable[[Any], None]:
-    data = text.encode("utf-8")
-    return lambda stream: stream.write(data)
 
 
 def _figure_writer(build: Callable[[], Any]) -> Callable[[Any], None]:

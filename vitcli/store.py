@@ -37,6 +37,7 @@ except ImportError:  # Windows: no advisory locks; one writer per folder is then
 INDEX = "index.json"
 _LOCK = ".index.lock"
 Writer = Callable[[BinaryIO], None]
+Content = str | bytes | Writer  # text is written as UTF-8; a writer streams its bytes (a figure, say)
 
 
 class StoreError(VitcliError):
@@ -49,7 +50,7 @@ class ResultFiles:
     """The files of one result, ready to be written: suffix -> a function that writes the bytes."""
 
     name: str  # the result's stem, e.g. "attention-b4-h1-q74"
-    files: dict[str, Writer]  # e.g. {"json": ..., "csv": ..., "png": ...}
+    files: dict[str, Content]  # e.g. {"json": text, "csv": text, "png": a writer}
     record: dict[str, Any] = field(default_factory=dict)  # what the index keeps besides the files: command, settings
 
 
@@ -97,11 +98,11 @@ class OutputStore:
         """Publish one result's files together (see the module docstring); returns the final paths."""
         temporaries: dict[Path, Path] = {}
         try:
-            for suffix, writer in result.files.items():
+            for suffix, content in result.files.items():
                 final = folder / f"{result.name}.{suffix}"
                 # Known before it exists, so that a signal arriving as the write returns cannot orphan it.
                 temporaries[final] = _temporary_name(final)
-                _write_temporary(temporaries[final], writer)
+                _write_temporary(temporaries[final], _writer(content))
             hashes = {final.name: file_sha256(temporary) for final, temporary in temporaries.items()}
             with interrupts.deferred(), _locked(folder):
                 index = read_index(folder)
@@ -163,6 +164,14 @@ def _write_index(folder: Path, index: dict[str, Any]) -> None:
 
 def _temporary_name(final: Path) -> Path:
     return final.with_name(f".{final.name}.p{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _writer(content: Content) -> Writer:
+    if isinstance(content, str):
+        content = content.encode("utf-8")
+    if isinstance(content, bytes):
+        return lambda stream: stream.write(content)
+    return content
 
 
 def _write_temporary(temporary: Path, writer: Writer) -> None:

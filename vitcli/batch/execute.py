@@ -9,17 +9,15 @@ written after every batch of images and when the run ends or is interrupted. Re-
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.batch.config import RunConfig, located
 from vitcli.batch.manifest import Manifest, merge, read_manifests, stem, summary_frame
 from vitcli.errors import UsageError, VitcliError
-from vitcli.jobs import Job
-from vitcli.naming import MODEL_SUBJECT, safe_name
+from vitcli.naming import safe_name
 from vitcli.output import json_text
-from vitcli.store import OutputStore, ResultFiles, StoreError
+from vitcli.store import OutputStore, ResultFiles
 
 if TYPE_CHECKING:
     from vitcli.context import CommandContext
@@ -74,9 +72,7 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     runner.on_published = lambda published: manifest.add(published, root)
     runner.on_chunk_done = save
     try:
-        for job in (job for job in jobs if job.scope == "model"):
-            if not complete(MODEL_SUBJECT, job.name()):
-                _run_once(job, model, publisher, runner, report, manifest, root)
+        runner.run_once([job for job in jobs if job.scope == "model"], report)
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
         runner.publish_across_images(paths, report)
@@ -120,26 +116,6 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _run_once(
-    job: Job, model: Any, publisher: Any, runner: Any, report: Report, manifest: Manifest, root: Path
-) -> None:
-    """A job about the model alone (compare-patch-size's counts): once per run, in the `model` folder."""
-    from vitcli.runner import Failure, Published
-
-    started = time.perf_counter()
-    try:
-        result = job.compute_once(model)
-        computed = time.perf_counter()
-        files, presentation = publisher.publish(MODEL_SUBJECT, None, job, result)
-    except StoreError:
-        raise
-    except VitcliError as error:
-        runner.fail(report, Failure("model", job.name(), str(error)))
-        return
-    timing = (computed - started, time.perf_counter() - computed)
-    manifest.add(Published(MODEL_SUBJECT, None, job, files, *timing, presentation.summary), root)
-
-
 def _resume(root: Path, shard: str | None, identity: str, force: bool) -> Manifest | None:
     path = root / f"{stem('manifest', shard)}.json"
     if force or not path.is_file():
@@ -158,27 +134,15 @@ def _resume(root: Path, shard: str | None, identity: str, force: bool) -> Manife
 
 
 def save_manifest(store: OutputStore, root: Path, manifest: Manifest) -> list[Path]:
-    """manifest.json and summary.csv, through the store: together or not at all."""
+    """manifest.json, then summary.csv, each published through the store (whole or not at all)."""
     folder = store.folder()
-    written = store.write(
-        folder,
-        ResultFiles(stem("manifest", manifest.shard), {"json": _text(json_text(manifest.to_json()) + "\n")}),
-    )
-    written += store.write(
-        folder,
-        ResultFiles(
-            stem("summary", manifest.shard), {"csv": _text(summary_frame(manifest.results).to_csv(index=False))}
-        ),
-    )
-    return written
+    manifest_text = json_text(manifest.to_json()) + "\n"
+    written = store.write(folder, ResultFiles(stem("manifest", manifest.shard), {"json": manifest_text}))
+    summary_text = summary_frame(manifest.results).to_csv(index=False)
+    return written + store.write(folder, ResultFiles(stem("summary", manifest.shard), {"csv": summary_text}))
 
 
 def merge_runs(folders: list[Path], into: Path) -> tuple[Manifest, list[Path]]:
     manifests = [item for folder in folders for item in read_manifests(folder)]
     merged = merge(manifests, into)
     return merged, save_manifest(OutputStore(into), into, merged)
-
-
-def _text(text: str) -> Any:
-    data = text.encode("utf-8")
-    return lambda stream: stream.write(data)

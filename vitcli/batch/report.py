@@ -172,8 +172,7 @@ def build_page(run_dir: Path, rows: int = 5) -> str:
 
 def write_report(run_dir: Path, rows: int = 5) -> Path:
     """Build the page and publish it as RUN_DIR/report.html through the output store."""
-    data = build_page(run_dir, rows).encode("utf-8")
-    (path,) = OutputStore(run_dir).write(run_dir, ResultFiles(PAGE_NAME, {"html": lambda stream: stream.write(data)}))
+    (path,) = OutputStore(run_dir).write(run_dir, ResultFiles(PAGE_NAME, {"html": build_page(run_dir, rows)}))
     return path
 
 

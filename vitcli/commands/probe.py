@@ -122,7 +122,7 @@ def _write_cache(store: Any, folder: Path, name: str, features: dict[str, Any], 
 
     data = save({digest: feature.contiguous() for digest, feature in features.items()})
     record = {"command": "probe", "contents": f"{model_name} head-input features by image SHA-256"}
-    store.write(folder, ResultFiles(name, {"safetensors": lambda stream: stream.write(data)}, record))
+    store.write(folder, ResultFiles(name, {"safetensors": data}, record))
 
 
 def _write_checkpoint(
@@ -133,8 +133,6 @@ def _write_checkpoint(
 
     from vitcli.store import ResultFiles
 
-    weights = save(state)
-    labels = ("\n".join(classes) + "\n").encode("utf-8")
-    files = {"safetensors": lambda stream: stream.write(weights), "labels.txt": lambda stream: stream.write(labels)}
+    files = {"safetensors": save(state), "labels.txt": "\n".join(classes) + "\n"}
     record = {"command": job.command, "settings": job.settings(), "contents": "adapted checkpoint and class names"}
     return publisher.store.write(publisher.folder(subject), ResultFiles(name, files, record))
