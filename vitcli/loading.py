@@ -28,7 +28,7 @@ from torch import Tensor
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
-from vitcli.model import VitModel, prefix_names
+from vitcli.model import VitModel, patch_grid
 from vitcli.spec import WeightsSpec
 
 WEIGHTS_HELP = (
@@ -109,12 +109,6 @@ def describe(spec: WeightsSpec) -> Architecture:
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=skeleton.global_pool,
     )
-
-
-def patch_grid(net: VisionTransformer) -> PatchGrid:
-    """The grid as VitModel builds it: the net's own input size (else its data config's) and prefix token names."""
-    height, width = net.patch_embed.img_size or timm.data.resolve_data_config(model=net)["input_size"][1:]
-    return PatchGrid(height, width, net.patch_embed.patch_size[0], prefix_names(net))
 
 
 def default_batch_size(device: torch.device) -> int:

@@ -80,8 +80,7 @@ class VitModel:
         steps = list(transform.transforms)
         self._to_crop = type(transform)(steps[:-1])
         self._normalize = steps[-1]
-        height, width = self.data_config["input_size"][1:]
-        self.grid = PatchGrid(height, width, net.patch_embed.patch_size[0], prefix_names(net))
+        self.grid = patch_grid(net)
         # Decided once per model: trace() asks for every batch.
         self._attention_refusal = _attention_refusal(net, spec.model_name)
 
@@ -125,10 +124,11 @@ class VitModel:
 
     @cached_property
     def labels(self) -> list[str]:
-        subset = timm.data.infer_imagenet_subset(self.net)
-        if subset is None:
-            return [f"class {index}" for index in range(self.num_classes)]
-        return timm.data.ImageNetInfo(subset).label_descriptions()
+        """One name per class, by the loader's rule (labels files, ImageNet's names, "class N"); load_model fills it
+        before the weights load, so a bad labels file fails early."""
+        from vitcli.loading import class_names
+
+        return list(class_names(self.spec, self.num_classes, self.net.pretrained_cfg))
 
     @cached_property
     def parameter_sha256(self) -> str:
@@ -265,6 +265,13 @@ def _attention_refusal(net: VisionTransformer, name: str) -> str | None:
                 f"with {type(attention).__name__}; vitcli follows timm's standard Block and Attention"
             )
     return None
+
+
+def patch_grid(net: VisionTransformer) -> PatchGrid:
+    """The patch grid of a net (loaded or a meta skeleton): its own input size, else its data config's, and the
+    names of its prefix tokens."""
+    height, width = net.patch_embed.img_size or timm.data.resolve_data_config(model=net)["input_size"][1:]
+    return PatchGrid(height, width, net.patch_embed.patch_size[0], prefix_names(net))
 
 
 def prefix_names(net: VisionTransformer) -> tuple[str, ...]:
