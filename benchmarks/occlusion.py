@@ -232,31 +232,11 @@ def compare_processes(image: Path, best_batch: int, repeats: int = 2) -> None:
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "captum_occlusion.py"
         script.write_text(CAPTUM_SCRIPT)
+        occlude = [str(vitcli), "occlude-patches", str(image), "--weights", "random", "--seed", "0", "--device", "cpu"]
         commands = {
-            "vitcli occlude-patches (batch 32, the shared default)": [
-                str(vitcli),
-                "occlude-patches",
-                str(image),
-                "--weights",
-                "random",
-                "--seed",
-                "0",
-                "--device",
-                "cpu",
-                "-q",
-                "-o",
-                str(Path(folder) / "vitcli32"),
-            ],
+            "vitcli occlude-patches (the default batch size)": [*occlude, "-q", "-o", str(Path(folder) / "default")],
             f"vitcli occlude-patches --batch-size {best_batch}": [
-                str(vitcli),
-                "occlude-patches",
-                str(image),
-                "--weights",
-                "random",
-                "--seed",
-                "0",
-                "--device",
-                "cpu",
+                *occlude,
                 "-q",
                 "-o",
                 str(Path(folder) / "vitcli"),
