@@ -281,13 +281,10 @@ def _embed(tracer: _Tracer, model: VitModel, image: PreparedImage, x: Tensor) ->
     crop = torch.from_numpy(image.crop_uint8())
     tracer.whole("image.crop", "resized and centre-cropped input (RGB 0..255)", crop, leading_only=True)
     tracer.whole("image.normalized", "normalized tensor (channels first)", x[0], leading_only=True)
-    size = grid.patch_size
-    blocks = x[0].reshape(3, grid.rows, size, grid.cols, size)
-    pixels = blocks.permute(1, 3, 0, 2, 4).reshape(grid.num_patches, 3 * size * size)
+    pixels = model.flatten_patches(x)[0]
     tracer.patches("embed.pixels", "patch matrix (channel-major: R rows, then G, then B)", pixels)
-    proj = net.patch_embed.proj
-    weight = proj.weight.reshape(proj.out_channels, -1).T
-    projection = pixels @ weight + (proj.bias if proj.bias is not None else 0.0)
+    weight, bias = model.patch_projection
+    projection = pixels @ weight + bias
     conv = tracer.capture("patch_embed.proj").flatten(1).T
     tracer.patches("embed.projection", "projection X W_E + b_E", projection, "patch_embed.proj", conv)
     if not isinstance(net.patch_embed.norm, nn.Identity):
