@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
+from vitcli.experiments.attention import patch_map
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
 from vitcli.experiments.occlusion import ClassProbability, SlidingWindows, fill_image, occlude_patches, resolve_target
@@ -206,11 +207,6 @@ def _unbatched(tensors: list[Tensor | None]) -> Tensor | None:
 # ----- the maps, from captured tensors
 
 
-def patch_values(grid: PatchGrid, row: Tensor) -> np.ndarray:
-    """The patch entries of a row over all N tokens as a (rows, cols) float64 array; prefix tokens dropped."""
-    return row[grid.num_prefix :].double().reshape(grid.rows, grid.cols).numpy()
-
-
 def relevance_map(grid: PatchGrid, attention: Tensor, gradients: Tensor) -> np.ndarray:
     """Chefer, Gur and Wolf (ICCV 2021), eq. 5-6: A-bar = mean over heads of (dy/dA * A)^+; R = I; R += A-bar R."""
     attention, gradients = attention.double(), gradients.double()
@@ -218,13 +214,13 @@ def relevance_map(grid: PatchGrid, attention: Tensor, gradients: Tensor) -> np.n
     for block_attention, block_gradients in zip(attention, gradients, strict=True):
         weighted = (block_gradients * block_attention).clamp(min=0).mean(dim=0)
         relevance = relevance + weighted @ relevance
-    return patch_values(grid, relevance[0])
+    return patch_map(grid, relevance[0].double())
 
 
 def grad_rollout_map(grid: PatchGrid, attention: Tensor, gradients: Tensor, discard_ratio: float) -> np.ndarray:
     """vit-explain's gradient rollout: heads weighted by their gradient, averaged, negatives set to 0, then rollout."""
     fused = (gradients.double() * attention.double()).mean(dim=1).clamp(min=0)
-    return patch_values(grid, attention_rollout(fused[:, None], "mean", discard_ratio)[0])
+    return patch_map(grid, attention_rollout(fused[:, None], "mean", discard_ratio)[0])
 
 
 def gradcam_map(grid: PatchGrid, features: Tensor, gradients: Tensor) -> np.ndarray:
@@ -301,12 +297,12 @@ def explain(
             "of the logit times the feature); prefix tokens dropped",
         ),
         "attention": lambda: (
-            patch_values(grid, capture.attention[block - 1].double().mean(dim=0)[0]),
+            patch_map(grid, capture.attention[block - 1].double().mean(dim=0)[0]),
             "attention weight",
             f"block {block}: attention of the CLS query, mean over heads, patch sources (not renormalized)",
         ),
         "rollout": lambda: (
-            patch_values(grid, attention_rollout(capture.attention, head_fusion, discard_ratio)[0]),
+            patch_map(grid, attention_rollout(capture.attention, head_fusion, discard_ratio)[0]),
             "rollout",
             f"attention rollout (Abnar and Zuidema 2020), {fusion}: CLS row over the patches",
         ),
