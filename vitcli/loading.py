@@ -129,9 +129,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@functools.lru_cache(maxsize=8)
 def require_vit(name: str) -> VisionTransformer:
     """Refuse unknown names and tags and non-ViT architectures before any weights are fetched; return the checked
-    skeleton (built on the meta device: shapes only, no memory, no weights)."""
+    skeleton (built on the meta device: shapes only, no memory, no weights). Built once per name and process: the
+    usage checks, the loader and compare-patch-size all read it, and none modifies it."""
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         listing = "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"
