@@ -146,6 +146,51 @@ def test_installed_entry_point_predicts(photo, tmp_path):
     assert list(tmp_path.glob(f"outputs/{MODEL}-random-s0/{photo.stem}-*/predict-k2.json"))
 
 
+COLLECTOR_PROBE = """
+import gc, sys
+import vitcli.context
+from vitcli.cli import main
+
+load = vitcli.context.CommandContext.model
+
+def model(self):
+    before = gc.isenabled()
+    loaded = load(self)
+    print(f"start-up collecting={before}; after loading collecting={gc.isenabled()} frozen={gc.get_freeze_count() > 0}",
+          file=sys.stderr)
+    return loaded
+
+vitcli.context.CommandContext.model = model
+sys.argv = ["vitcli", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_console_script_pauses_the_collector_for_start_up_only(photo, tmp_path):
+    """The imports of torch and timm run without the cyclic collector; once the model is loaded it collects again,
+    with what start-up built frozen (see vitcli/collector.py)."""
+    result = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_PROBE, "predict", str(photo), *RANDOM_CPU, "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "start-up collecting=False; after loading collecting=True frozen=True" in result.stderr
+
+
+def test_library_callers_keep_their_collector(vit):
+    import gc
+
+    from vitcli import collector
+
+    frozen = gc.get_freeze_count()
+    collector.settle()
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
 def write_hf_cache(home: Path, state: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save_file
 

@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitcli import collector
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.jobs import Job
@@ -75,7 +76,9 @@ class CommandContext:
     def model(self) -> VitModel:
         from vitcli.loading import load_model
 
-        return load_model(self.spec, self.device, self.batch_size)
+        model = load_model(self.spec, self.device, self.batch_size)
+        collector.settle()
+        return model
 
     @cached_property
     def architecture(self) -> Architecture:

@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from vitcli import interrupts
+from vitcli import collector, interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
@@ -228,6 +228,14 @@ def _silence_stdout() -> None:
 
 def run() -> None:
     """The console script: parse errors become one line too (exit 2), like the commands' own errors."""
+    collector.pause()
+    try:
+        _run()
+    finally:
+        collector.before_exit()
+
+
+def _run() -> None:
     for stream in (sys.stdout, sys.stderr):
         # A file name the terminal's encoding cannot show is escaped, never a crash after the files are written.
         if hasattr(stream, "reconfigure"):

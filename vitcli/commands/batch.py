@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
+from vitcli import collector
 from vitcli.context import CommandContext
 from vitcli.shell import build_context, vitcli_command
 
@@ -74,6 +75,7 @@ def merge_command(
     """Combine the manifests and summaries of shards (or of any runs of one config) into one."""
     from vitcli.batch.execute import merge_runs
 
+    collector.settle()
     for folder in runs:
         if not folder.is_dir():
             from vitcli.errors import UsageError

@@ -5,6 +5,7 @@ from typing import Annotated
 
 import typer
 
+from vitcli import collector
 from vitcli.context import CommandContext
 from vitcli.shell import vitcli_command
 
@@ -30,4 +31,5 @@ def report_command(
     """
     from vitcli.batch.report import write_report
 
+    collector.settle()
     context.messages.info(f"wrote {write_report(run_dir, rows)}")
