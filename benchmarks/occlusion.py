@@ -4,15 +4,17 @@ One run measures, for 196 patch covers of a random-weight ViT-Tiny (the default 
   - a 2048x2048 fp32 matmul (the machine's reachable FLOP rate, in this run);
   - the FLOPs of one forward (torch.utils.flop_counter.FlopCounterMode);
   - a plain loop that runs one covered copy at a time through the network (the reference);
-  - vitcli's batched path (`measure_covers`, the model's own forward) for each batch size and thread count asked,
-    plus channels_last and torch.compile variants at the best setting: covered images/s, s per image, ratio
-    against the loop, and achieved FLOP rate as a fraction of the matmul rate;
+  - for each batch size and thread count asked, the model's own forward over covered pixels one batch at a time
+    (vitcli before), and vitcli's path (`measure_covers`: covers applied to block 1's input rows, the last block
+    computing row 0 alone, batches on one thread each); both again at the best setting. For each: covered images/s,
+    s per image, ratio against the loop, and the nominal FLOP rate (a full forward's FLOPs per cover, whatever was
+    skipped) as a fraction of the matmul rate;
   - captum's Occlusion on the same 196 covers, in process;
   - whole processes: `vitcli occlude-patches` (a subprocess of .venv/bin/vitcli) against an equivalent captum script.
 Every batched variant must equal the loop to 1e-5 in probability; the script says so or fails.
 
     .venv/bin/python benchmarks/occlusion.py                      # everything (about 13 minutes on 2 shared cores)
-    .venv/bin/python benchmarks/occlusion.py --batch-sizes 8 32 --threads 2 --no-compile --no-processes
+    .venv/bin/python benchmarks/occlusion.py --batch-sizes 8 32 --threads 2 --no-processes
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitcli.experiments.occlusion import SlidingWindows, baseline, covered_copy, fill_image, measure_covers
+from vitcli.experiments.occlusion import (
+    SlidingWindows,
+    baseline,
+    covered_batches,
+    covered_copy,
+    fill_image,
+    measure_covers,
+)
 from vitcli.images import sample_photo
 from vitcli.loading import load_model
 from vitcli.model import PreparedImage, VitModel
@@ -85,6 +94,16 @@ def flops_per_image(model: VitModel, image: torch.Tensor) -> int:
     return counter.get_total_flops()
 
 
+def flops_per_cover(model: VitModel, image: torch.Tensor) -> int:
+    """FLOPs vitcli runs per patch cover: block 1's input rows through the blocks, the last computing row 0 alone."""
+    with torch.inference_mode():
+        rows = model.embed(image[None])
+    counter = FlopCounterMode(display=False)
+    with counter, torch.inference_mode():
+        model.rows_logits(rows)
+    return counter.get_total_flops()
+
+
 def loop_probabilities(model: VitModel, image: torch.Tensor, fill: torch.Tensor, covers, target: int) -> torch.Tensor:
     """The reference: one covered copy at a time through the network."""
     with torch.inference_mode():
@@ -98,7 +117,6 @@ def main() -> None:
     parser.add_argument("--image", type=Path, default=LECTURE_PHOTO if LECTURE_PHOTO.is_file() else sample_photo())
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     parser.add_argument("--threads", type=int, nargs="+", default=sorted({1, torch.get_num_threads()}))
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     parser.add_argument("--no-processes", action="store_true", help="skip the whole-process comparison")
     arguments = parser.parse_args()
 
@@ -116,6 +134,8 @@ def main() -> None:
     )
     print(f"image {arguments.image.name}, {count} gray patch covers, target class {base.target.index}")
     print(f"FLOPs per forward (FlopCounterMode): {flops / 1e9:.3f} GFLOP")
+    executed = flops_per_cover(model, prepared.input)
+    print(f"FLOPs vitcli runs per patch cover: {executed / 1e9:.3f} GFLOP ({executed / flops:.2f} of a forward)")
 
     rows = []
 
@@ -129,6 +149,16 @@ def main() -> None:
         outcomes = measure_covers(model, prepared.input, fill, covers, base)
         return torch.tensor([outcome.target_probability for outcome in outcomes])
 
+    def own_forward_batches(batch_size: int) -> torch.Tensor:
+        """vitcli before: the model's own forward over covered pixels, one batch at a time on every thread."""
+        with torch.inference_mode():
+            return torch.cat(
+                [
+                    model.net(batch).softmax(dim=-1)[:, base.target.index]
+                    for batch in covered_batches(prepared.input, fill, covers, batch_size)
+                ]
+            )
+
     best: tuple[float, int, int] | None = None
     for threads in arguments.threads:
         torch.set_num_threads(threads)
@@ -141,8 +171,24 @@ def main() -> None:
         )
         record("loop, one copy at a time", threads, loop_seconds, reference, matmul, loop_seconds)
         for batch_size in arguments.batch_sizes:
+            seconds, probabilities = timed(partial(own_forward_batches, batch_size))
+            record(
+                f"own forward, batch {batch_size}, one batch at a time",
+                threads,
+                seconds,
+                probabilities,
+                matmul,
+                loop_seconds,
+            )
             seconds, probabilities = timed(partial(batched, batch_size))
-            record(f"vitcli batched, batch {batch_size}", threads, seconds, probabilities, matmul, loop_seconds)
+            record(
+                f"vitcli (rows, row 0 last, streams), batch {batch_size}",
+                threads,
+                seconds,
+                probabilities,
+                matmul,
+                loop_seconds,
+            )
             if best is None or seconds < best[0]:
                 best = (seconds, threads, batch_size)
 
@@ -155,29 +201,10 @@ def main() -> None:
         f"\nbest: {best_threads} thread(s), batch {best_batch}; "
         f"re-measured matmul {matmul:.1f} GFLOP/s, loop {loop_seconds:.2f} s"
     )
+    seconds, probabilities = timed(lambda: own_forward_batches(best_batch))
+    record(f"own forward, batch {best_batch} (again)", best_threads, seconds, probabilities, matmul, loop_seconds)
     seconds, probabilities = timed(lambda: batched(best_batch))
-    record(f"vitcli batched, batch {best_batch} (again)", best_threads, seconds, probabilities, matmul, loop_seconds)
-
-    model.net.to(memory_format=torch.channels_last)
-    seconds, probabilities = timed(lambda: batched(best_batch))
-    record(f"  + channels_last weights, batch {best_batch}", best_threads, seconds, probabilities, matmul, loop_seconds)
-    model.net.to(memory_format=torch.contiguous_format)
-
-    if not arguments.no_compile:
-        eager = model.net
-        model.net = torch.compile(eager)
-        # The first pass compiles for the full batch and for the last, partial one.
-        compile_seconds, _ = timed(lambda: batched(best_batch))
-        seconds, probabilities = timed(lambda: batched(best_batch))
-        record(
-            f"  + torch.compile, batch {best_batch} (after {compile_seconds:.0f} s compiling)",
-            best_threads,
-            seconds,
-            probabilities,
-            matmul,
-            loop_seconds,
-        )
-        model.net = eager
+    record(f"vitcli, batch {best_batch} (again)", best_threads, seconds, probabilities, matmul, loop_seconds)
 
     try:
         from captum.attr import Occlusion

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from collections.abc import Collection
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import timm
 import torch
-from timm.layers import Attention
+import torch.nn.functional as F  # noqa: N812  (the usual name)
+from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor
 
@@ -165,14 +169,82 @@ class VitModel:
 
     def logits(self, inputs: Tensor) -> Tensor:
         """The model's own forward over (B, 3, H, W) normalized inputs, in chunks of batch_size; CPU float32."""
-        outputs = []
-        with torch.inference_mode():
-            for chunk in inputs.split(self.batch_size):
-                outputs.append(self.net(chunk.to(self.device)).float().cpu())
-        return torch.cat(outputs)
+        return torch.cat(list(self.stream(self.net, inputs.split(self.batch_size))))
 
     def probabilities(self, inputs: Tensor) -> Tensor:
         return self.logits(inputs).softmax(dim=-1)
+
+    # ----- forwards of many copies of one image (covers, deletion curves)
+
+    def embed(self, inputs: Tensor) -> Tensor:
+        """Block 1's input rows (B, N, D) for (B, 3, H, W) normalized inputs, by the model's own layers."""
+        net = self.net
+        return net.norm_pre(net.patch_drop(net._pos_embed(net.patch_embed(inputs))))
+
+    @cached_property
+    def embeds_patches_alone(self) -> bool:
+        """Whether row n of embed() depends on patch n's pixels alone (a plain patch projection, kernel = stride):
+        then a covered patch changes exactly one row, and covers can be applied to the rows instead of the pixels."""
+        embed = self.net.patch_embed
+        size = self.grid.patch_size
+        return (
+            type(embed) is PatchEmbed
+            and embed.proj.kernel_size == embed.proj.stride == (size, size)
+            and not embed.dynamic_img_pad
+        )
+
+    def rows_logits(self, rows: Tensor) -> Tensor:
+        """Logits (B, classes) from block 1's input rows (B, N, D).
+
+        When the head reads the class token alone, the last block computes only that row: its keys and values need
+        every row, but its query, attention output, MLP and the final norm only row 0. That skips about 7% of a
+        ViT-Tiny forward; tests hold the logits equal to the model's own forward.
+        """
+        net = self.net
+        if not self._head_reads_row_0:
+            return net.forward_head(net.norm(net.blocks(rows)))
+        return net.forward_head(net.norm(row_0_of_block(net.blocks[-1], net.blocks[:-1](rows))))
+
+    def image_logits(self, inputs: Tensor) -> Tensor:
+        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits()."""
+        return self.rows_logits(self.embed(inputs))
+
+    @cached_property
+    def _head_reads_row_0(self) -> bool:
+        net = self.net
+        return (
+            type(net) is VisionTransformer
+            and net.attn_pool is None
+            and net.global_pool == "token"
+            and self._attention_refusal is None
+        )
+
+    def stream(self, forward: Callable[[Tensor], Tensor], batches: Iterable[Tensor]) -> Iterator[Tensor]:
+        """forward(batch) as CPU float32, without gradients, for each batch in order.
+
+        On a CPU with T > 1 torch threads, T batches run at once, one thread each: ViT-Tiny's matrices are too small
+        for two threads to share one product well (benchmarks/occlusion.py measures the difference). At most T
+        batches are taken from `batches` ahead of the one being returned, so memory stays bounded.
+        """
+        threads = torch.get_num_threads()
+        if self.device.type != "cpu" or threads == 1:
+            yield from (self._forward(forward, batch) for batch in batches)
+            return
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(threads, thread_name_prefix="vitcli-forward") as pool:
+                waiting = iter(batches)
+                running = deque(pool.submit(self._forward, forward, batch) for batch in islice(waiting, threads))
+                while running:
+                    done = running.popleft().result()
+                    running.extend(pool.submit(self._forward, forward, batch) for batch in islice(waiting, 1))
+                    yield done
+        finally:
+            torch.set_num_threads(threads)
+
+    def _forward(self, forward: Callable[[Tensor], Tensor], batch: Tensor) -> Tensor:
+        with torch.inference_mode():  # per thread: inference mode does not cross into the pool's threads
+            return forward(batch.to(self.device)).float().cpu()
 
     def flatten_patches(self, inputs: Tensor) -> Tensor:
         """(B, 3, H, W) -> (B, patches, 3 p^2), each patch channel-major: all R rows, then G, then B."""
@@ -244,6 +316,23 @@ def explicit_attention(module: Attention, normed: Tensor) -> tuple[Tensor, Tenso
     attention = ((q @ k.transpose(-2, -1)) * module.scale).softmax(dim=-1)
     mixed = (attention @ v).transpose(1, 2).reshape(batch, tokens, module.attn_dim)
     return q, k, v, attention, module.proj(module.norm(mixed))
+
+
+def row_0_of_block(block: Block, rows: Tensor) -> Tensor:
+    """A standard block's output row 0 alone, (B, 1, D): keys and values from every input row, all else from row 0."""
+    attention = block.attn
+    batch, tokens, _ = rows.shape
+    heads, head_dim, width = attention.num_heads, attention.head_dim, attention.attn_dim
+    normed = block.norm1(rows)
+    weight, bias = attention.qkv.weight, attention.qkv.bias
+    q = F.linear(normed[:, :1], weight[:width], None if bias is None else bias[:width])
+    kv = F.linear(normed, weight[width:], None if bias is None else bias[width:])
+    q = q.reshape(batch, 1, heads, head_dim).transpose(1, 2)
+    k, v = kv.reshape(batch, tokens, 2, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    q, k = attention.q_norm(q), attention.k_norm(k)
+    mixed = F.scaled_dot_product_attention(q, k, v, scale=attention.scale).transpose(1, 2).reshape(batch, 1, width)
+    row = rows[:, :1] + block.drop_path1(block.ls1(attention.proj(attention.norm(mixed))))
+    return row + block.drop_path2(block.ls2(block.mlp(block.norm2(row))))
 
 
 def state_dict_sha256(state: dict[str, Tensor]) -> str:

@@ -199,10 +199,10 @@ def perturbed_batches(image: Tensor, fill: Tensor, grid: PatchGrid, jobs: Sequen
 
 def _target_probabilities(model, image, fill, jobs, target, on_progress) -> Tensor:
     results = []
-    for batch in perturbed_batches(image, fill, model.grid, jobs, model.batch_size):
-        results.append(model.probabilities(batch)[:, target])
+    for logits in model.stream(model.image_logits, perturbed_batches(image, fill, model.grid, jobs, model.batch_size)):
+        results.append(logits.softmax(dim=-1)[:, target])
         if on_progress is not None:
-            on_progress(len(batch))
+            on_progress(len(logits))
     return torch.cat(results)
 
 

@@ -142,6 +142,19 @@ def covered_batches(image: Tensor, fill: Tensor, covers: Sequence[Cover], batch_
         yield batch
 
 
+def covered_row_batches(
+    clean: Tensor, fill: Tensor, covers: Sequence[Cover], grid: PatchGrid, batch_size: int
+) -> Iterator[Tensor]:
+    """(B, N, D) batches of block 1's input rows for covers that are each exactly one patch: the clean image's rows
+    with the covered patch's row taken from the fill image's rows (clean and fill are (1, N, D))."""
+    for start in range(0, len(covers), batch_size):
+        chunk = covers[start : start + batch_size]
+        batch = clean.expand(len(chunk), -1, -1).clone()
+        rows = torch.tensor([grid.token_of_patch(cover.patch) for cover in chunk])
+        batch[torch.arange(len(chunk)), rows] = fill[0, rows]
+        yield batch
+
+
 def pixels_uint8(model: VitModel, image: Tensor) -> np.ndarray:
     """A normalized (3, H, W) image back to (H, W, 3) uint8 pixels, for figures."""
     mean = torch.tensor(model.mean).reshape(3, 1, 1)
@@ -215,13 +228,24 @@ def measure_covers(
     base: Baseline,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[CoverOutcome]:
-    """Run every covered copy through the model's own forward, `model.batch_size` copies at a time."""
+    """Run every covered copy through the model, `model.batch_size` copies at a time.
+
+    Covers that are each exactly one patch are applied to block 1's input rows (one row changes per cover; the
+    patch projection runs twice, not once per cover); other covers are painted on the pixels.
+    """
+    if model.embeds_patches_alone and all(cover.patch is not None for cover in covers):
+        with torch.inference_mode():
+            clean_rows, fill_rows = model.embed(torch.stack([image, fill]).to(model.device)).cpu().split(1)
+        batches = covered_row_batches(clean_rows, fill_rows, covers, model.grid, model.batch_size)
+        logits = model.stream(model.rows_logits, batches)
+    else:
+        logits = model.stream(model.image_logits, covered_batches(image, fill, covers, model.batch_size))
     outcomes = []
     done = 0
-    for batch in covered_batches(image, fill, covers, model.batch_size):
-        probabilities = model.probabilities(batch)
+    for batch_logits in logits:
+        probabilities = batch_logits.softmax(dim=-1)
         best = probabilities.max(dim=-1)
-        for row in range(len(batch)):
+        for row in range(len(probabilities)):
             covered = float(probabilities[row, base.target.index])
             top = int(best.indices[row])
             outcomes.append(
@@ -233,9 +257,9 @@ def measure_covers(
                     top != base.top1.index,
                 )
             )
-        done += len(batch)
+        done += len(probabilities)
         if on_batch is not None:
-            on_batch(len(batch))
+            on_batch(len(probabilities))
     return outcomes
 
 
