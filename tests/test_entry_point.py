@@ -72,9 +72,13 @@ def test_command_help_ends_with_examples_and_shows_flags_as_flags(cli):
     assert result.exit_code == 0
     lines = [line.strip(" │") for line in result.stdout.splitlines() if line.strip(" │")]
     assert lines[-1].startswith("$ vitcli predict") and any(line == "Examples" for line in lines[-5:])
-    for flag in ("--quiet", "--debug", "--fail-fast"):
+    for flag in ("--quiet", "--debug", "--fail-fast", "--help"):
         (line,) = [line for line in lines if line.split()[:1] == [flag]]
         assert "<bool>" not in line, line
+    root = cli("--help").stdout.splitlines()
+    for flag in ("--version", "--install-completion", "--show-completion", "--help"):
+        (line,) = [line for line in root if line.strip(" │").split()[:1] == [flag]]
+        assert "<" not in line, line
     assert not re.search(r"random\s+\.", result.stdout), "rich markup swallowed a [default: ...] in a help text"
 
 

@@ -47,11 +47,6 @@ def _option(*names: str, panel: str, **settings: Any) -> Any:
     return typer.Option(*names, rich_help_panel=panel, **settings)
 
 
-def _flag(*names: str, panel: str, help: str) -> Any:
-    """An on/off option: an empty metavar, or Typer's help shows `--quiet <bool>` as if it took a value."""
-    return _option(*names, panel=panel, help=help, metavar="")
-
-
 # (name, annotation, default) of every shared option, in the order --help lists them.
 SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
     ("model", Annotated[str, _option("--model", "-m", help="timm ViT name.", panel=MODEL_PANEL)], DEFAULT_MODEL),
@@ -145,7 +140,7 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
         "quiet",
         Annotated[
             bool,
-            _flag(
+            _option(
                 "--quiet",
                 "-q",
                 help="No table, messages or library warnings; files are still written.",
@@ -154,10 +149,10 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
         ],
         False,
     ),
-    ("debug", Annotated[bool, _flag("--debug", help="Show tracebacks on errors.", panel=OUTPUT_PANEL)], False),
+    ("debug", Annotated[bool, _option("--debug", help="Show tracebacks on errors.", panel=OUTPUT_PANEL)], False),
     (
         "fail_fast",
-        Annotated[bool, _flag("--fail-fast", help="Stop at the first image that fails.", panel=RUN_PANEL)],
+        Annotated[bool, _option("--fail-fast", help="Stop at the first image that fails.", panel=RUN_PANEL)],
         False,
     ),
     (

@@ -13,7 +13,6 @@ import inspect
 import os
 import sys
 import traceback
-import typing
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,8 +27,30 @@ from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
 from vitcli.spec import WeightsSpec
 from vitcli.store import check_output_dir
 
+
+class _FlagsShowNoValue:
+    """Help shows on/off options as bare flags, Typer's own (--help, --install-completion) included: otherwise Typer
+    prints `--quiet <bool>` as if the flag took a value."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class _Group(_FlagsShowNoValue, typer.core.TyperGroup):
+    pass
+
+
+class _Command(_FlagsShowNoValue, typer.core.TyperCommand):
+    pass
+
+
 app = typer.Typer(
     name="vitcli",
+    cls=_Group,
     help="Follow one photograph through a Vision Transformer, with measured numbers.",
     no_args_is_help=True,
     add_completion=True,
@@ -66,7 +87,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, metavar="", help="Print the version and exit."
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
     """Follow one photograph through a Vision Transformer, with measured numbers.
@@ -85,8 +106,6 @@ def vitcli_command(
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(function, eval_str=True)
         own = list(signature.parameters.values())[1:]
-        for parameter in own:
-            _flags_take_no_value(parameter.annotation)
         taken = SHARED_NAMES if options is None else list(options)
         shared = [
             inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
@@ -111,11 +130,14 @@ def vitcli_command(
         command.__signature__ = signature.replace(parameters=own + shared)  # type: ignore[attr-defined]
         command.__annotations__ = {parameter.name: parameter.annotation for parameter in own + shared}
         command_settings.setdefault("rich_help_panel", COMMAND_PANELS.get(name))
+        # The command list shows the docstring's first paragraph; rich mode would keep its line breaks.
+        summary = inspect.cleandoc(function.__doc__ or "").split("\n\n")[0]
+        command_settings.setdefault("short_help", " ".join(summary.split()))
         if examples:
             command_settings.setdefault(
                 "epilog", "[b]Examples[/b]\n\n" + "\n\n".join(f"  $ {line}" for line in examples)
             )
-        app.command(name, **command_settings)(command)
+        app.command(name, cls=_Command, **command_settings)(command)
         return function
 
     return register
@@ -196,14 +218,6 @@ def build_context(
         fail_fast=fail_fast,
         shard=Shard.parse(shard) if shard is not None else None,
     )
-
-
-def _flags_take_no_value(annotation: Any) -> None:
-    """An on/off option gets an empty metavar; otherwise Typer's help shows `--force <bool>` as if it took one."""
-    if typing.get_origin(annotation) is typing.Annotated and typing.get_args(annotation)[0] is bool:
-        for info in typing.get_args(annotation)[1:]:
-            if isinstance(info, typer.models.OptionInfo) and info.metavar is None:
-                info.metavar = ""
 
 
 def _given_on_the_command_line(parse_context: typer.Context, values: dict[str, Any]) -> dict[str, Any]:

@@ -209,7 +209,6 @@ def explain_command(
         bool,
         typer.Option(
             "--faithfulness",
-            metavar="",
             help="Deletion and insertion curves per map and their AUCs (trapezoidal over the fraction of patches "
             "0..1, unperturbed point included; lower deletion and higher insertion AUC are better).",
             rich_help_panel=_FAITHFULNESS,
