@@ -202,3 +202,24 @@ def test_stream_passes_a_failure_on_and_restores_the_thread_count(two_threads):
     with pytest.raises(RuntimeError, match="batch 2 failed"):
         list(model.stream(forward, (torch.full((1, 1), float(index)) for index in range(5))))
     assert torch.get_num_threads() == 2
+
+
+def test_a_lone_batch_keeps_every_thread_and_logits_give_each_stream_a_share(two_threads, vit, newfoundland):
+    seen = []
+
+    def forward(batch: torch.Tensor) -> torch.Tensor:
+        seen.append((threading.current_thread() is threading.main_thread(), torch.get_num_threads()))
+        return batch.flatten(1)
+
+    list(vit.stream(forward, [torch.zeros(8, 1)]))
+    assert seen == [(True, 2)]
+
+    sizes = []
+    handle = vit.net.register_forward_pre_hook(lambda _module, args: sizes.append(len(args[0])))
+    try:
+        image = vit.prepare(newfoundland).input
+        logits = vit.logits(image.expand(8, *image.shape))
+    finally:
+        handle.remove()
+    assert sizes == [4, 4]
+    assert (logits - own_logits(vit, image[None])).abs().max() < LOGIT_TOLERANCE

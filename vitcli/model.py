@@ -8,13 +8,14 @@ Tests check that the two agree.
 from __future__ import annotations
 
 import hashlib
+import math
 import platform
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -168,8 +169,10 @@ class VitModel:
     # ----- forwards
 
     def logits(self, inputs: Tensor) -> Tensor:
-        """The model's own forward over (B, 3, H, W) normalized inputs, in chunks of batch_size; CPU float32."""
-        return torch.cat(list(self.stream(self.net, inputs.split(self.batch_size))))
+        """The model's own forward over (B, 3, H, W) normalized inputs, in chunks of at most batch_size; CPU float32."""
+        # Fewer images than batch_size x streams: split them evenly, so that every stream has a share.
+        size = max(1, min(self.batch_size, math.ceil(len(inputs) / self.streams)))
+        return torch.cat(list(self.stream(self.net, inputs.split(size))))
 
     def probabilities(self, inputs: Tensor) -> Tensor:
         return self.logits(inputs).softmax(dim=-1)
@@ -224,23 +227,30 @@ class VitModel:
 
         On a CPU with T > 1 torch threads, T batches run at once, one thread each: ViT-Tiny's matrices are too small
         for two threads to share one product well (benchmarks/occlusion.py measures the difference). At most T
-        batches are taken from `batches` ahead of the one being returned, so memory stays bounded.
+        batches are taken from `batches` ahead of the one being returned, so memory stays bounded. A lone batch runs
+        on every thread.
         """
-        threads = torch.get_num_threads()
-        if self.device.type != "cpu" or threads == 1:
-            yield from (self._forward(forward, batch) for batch in batches)
+        threads = self.streams
+        waiting = iter(batches)
+        first = list(islice(waiting, threads))
+        if len(first) < 2:  # one batch (or one stream) keeps every thread on it
+            yield from (self._forward(forward, batch) for batch in chain(first, waiting))
             return
         torch.set_num_threads(1)
         try:
             with ThreadPoolExecutor(threads, thread_name_prefix="vitcli-forward") as pool:
-                waiting = iter(batches)
-                running = deque(pool.submit(self._forward, forward, batch) for batch in islice(waiting, threads))
+                running = deque(pool.submit(self._forward, forward, batch) for batch in first)
                 while running:
                     done = running.popleft().result()
                     running.extend(pool.submit(self._forward, forward, batch) for batch in islice(waiting, 1))
                     yield done
         finally:
             torch.set_num_threads(threads)
+
+    @property
+    def streams(self) -> int:
+        """How many batches stream() runs at once: the torch threads on a CPU, one elsewhere."""
+        return torch.get_num_threads() if self.device.type == "cpu" else 1
 
     def _forward(self, forward: Callable[[Tensor], Tensor], batch: Tensor) -> Tensor:
         with torch.inference_mode():  # per thread: inference mode does not cross into the pool's threads
