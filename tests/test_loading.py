@@ -195,7 +195,8 @@ def test_a_checkpoint_head_with_other_classes_builds_that_head(tmp_path):
     own.load_state_dict(state)
     inputs = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
-        assert torch.equal(model.logits(inputs), own.eval()(inputs))
+        # logits() may split the batch over CPU threads: float32 sums then differ in the last bits, far below 1e-5.
+        assert (model.logits(inputs) - own.eval()(inputs)).abs().max() < 1e-5
 
 
 def test_a_checkpoint_without_a_head_loads_headless(tmp_path):
