@@ -4,11 +4,11 @@ One run measures, for 196 patch covers of a random-weight ViT-Tiny (the default 
   - a 2048x2048 fp32 matmul (the machine's reachable FLOP rate, in this run);
   - the FLOPs of one forward (torch.utils.flop_counter.FlopCounterMode);
   - a plain loop that runs one covered copy at a time through the network (the reference);
-  - for each batch size and thread count asked, the model's own forward over covered pixels one batch at a time
-    (vitcli before), and vitcli's path (`measure_covers`: covers applied to block 1's input rows, the last block
-    computing row 0 alone, batches on one thread each); both again at the best setting. For each: covered images/s,
-    s per image, ratio against the loop, and the nominal FLOP rate (a full forward's FLOPs per cover, whatever was
-    skipped) as a fraction of the matmul rate;
+  - for each batch size and thread count asked: the model's own forward over covered pixels one batch at a time
+    (vitcli before) and two batches at a time (VitModel.stream), and vitcli's path (`measure_covers`: covers applied
+    to block 1's input rows, the last block computing row 0 alone, streamed); the first and the last again at the
+    best setting. For each: covered images/s, s per image, ratio against the loop, and the nominal FLOP rate (a
+    full forward's FLOPs per cover, whatever was skipped) as a fraction of the matmul rate;
   - captum's Occlusion on the same 196 covers, in process;
   - whole processes: `vitcli occlude-patches` (a subprocess of .venv/bin/vitcli) against an equivalent captum script.
 Every batched variant must equal the loop to 1e-5 in probability; the script says so or fails.
@@ -149,6 +149,11 @@ def main() -> None:
         outcomes = measure_covers(model, prepared.input, fill, covers, base)
         return torch.tensor([outcome.target_probability for outcome in outcomes])
 
+    def own_forward_streamed(batch_size: int) -> torch.Tensor:
+        """The model's own forward over covered pixels, two batches at a time (VitModel.stream)."""
+        batches = covered_batches(prepared.input, fill, covers, batch_size)
+        return torch.cat([logits.softmax(dim=-1)[:, base.target.index] for logits in model.stream(model.net, batches)])
+
     def own_forward_batches(batch_size: int) -> torch.Tensor:
         """vitcli before: the model's own forward over covered pixels, one batch at a time on every thread."""
         with torch.inference_mode():
@@ -174,6 +179,15 @@ def main() -> None:
             seconds, probabilities = timed(partial(own_forward_batches, batch_size))
             record(
                 f"own forward, batch {batch_size}, one batch at a time",
+                threads,
+                seconds,
+                probabilities,
+                matmul,
+                loop_seconds,
+            )
+            seconds, probabilities = timed(partial(own_forward_streamed, batch_size))
+            record(
+                f"own forward, batch {batch_size}, two batches at a time",
                 threads,
                 seconds,
                 probabilities,

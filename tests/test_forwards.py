@@ -149,11 +149,11 @@ def test_a_normalized_zero_patch_row_is_the_patch_bias_plus_its_position():
 # ----- stream
 
 
-@pytest.fixture
-def two_threads():
+@pytest.fixture(params=[2])
+def two_threads(request):
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
+    torch.set_num_threads(request.param)
+    yield request.param
     torch.set_num_threads(threads)
 
 
@@ -165,10 +165,11 @@ def test_stream_returns_each_batch_in_order_equal_to_one_batch_at_a_time(two_thr
         alone = [model.image_logits(batch) for batch in batches]
     assert [len(logits) for logits in streamed] == [3, 3, 3, 1]
     assert all((ours - theirs).abs().max() < LOGIT_TOLERANCE for ours, theirs in zip(streamed, alone, strict=True))
-    assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == two_threads
 
 
-def test_stream_runs_one_thread_per_batch_without_gradients_and_looks_ahead_two_batches(two_threads):
+@pytest.mark.parametrize("two_threads", [2, 4], indirect=True, ids=["2threads", "4threads"])
+def test_stream_runs_two_batches_with_half_the_threads_each_without_gradients_and_looks_ahead_two(two_threads):
     model = tiny()
     seen = []
     taken = 0
@@ -188,7 +189,10 @@ def test_stream_runs_one_thread_per_batch_without_gradients_and_looks_ahead_two_
         results.append(float(result))
         assert taken <= len(results) + 2, "at most two batches beyond the one returned"
     assert results == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-    assert all(name.startswith("vitcli-forward") and threads == 1 and inference for name, threads, inference in seen)
+    assert {(name[:14], threads, inference) for name, threads, inference in seen} == {
+        ("vitcli-forward", two_threads // 2, True)
+    }
+    assert torch.get_num_threads() == two_threads
 
 
 def test_stream_passes_a_failure_on_and_restores_the_thread_count(two_threads):
@@ -201,7 +205,7 @@ def test_stream_passes_a_failure_on_and_restores_the_thread_count(two_threads):
 
     with pytest.raises(RuntimeError, match="batch 2 failed"):
         list(model.stream(forward, (torch.full((1, 1), float(index)) for index in range(5))))
-    assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == two_threads
 
 
 def test_a_lone_batch_keeps_every_thread_and_logits_give_each_stream_a_share(two_threads, vit, newfoundland):
@@ -212,7 +216,7 @@ def test_a_lone_batch_keeps_every_thread_and_logits_give_each_stream_a_share(two
         return batch.flatten(1)
 
     list(vit.stream(forward, [torch.zeros(8, 1)]))
-    assert seen == [(True, 2)]
+    assert seen == [(True, two_threads)]
 
     sizes = []
     handle = vit.net.register_forward_pre_hook(lambda _module, args: sizes.append(len(args[0])))
