@@ -17,7 +17,8 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.trace import RankedClass, full_float32
+from vitcli.experiments.predict import ClassScore, top_classes
+from vitcli.experiments.trace import full_float32
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
@@ -55,14 +56,14 @@ class PoolingReadout:
     pooling: str  # "token" or "avg"
     description: str  # "CLS row", "mean of the patch rows"
     is_model_own: bool  # whether this is the readout the model's forward uses (its global_pool)
-    top: list[RankedClass]
+    top: list[ClassScore]
 
 
 @dataclass
 class ImageComparison:
     source: ImageSource
     crop: np.ndarray  # (H, W, 3) uint8, for figures
-    top: list[RankedClass]
+    top: list[ClassScore]
     max_logit: float  # the softmax step: p_c = exp(z_c - max_logit) / shifted_exp_sum
     shifted_exp_sum: float
     readouts: list[ClassReadout]
@@ -223,13 +224,8 @@ def _poolings(model: VitModel, final: Tensor, top_k: int) -> tuple[list[PoolingR
     return readouts, own_logits
 
 
-def _ranked(model: VitModel, logits: Tensor, top_k: int) -> list[RankedClass]:
-    probabilities = logits.softmax(-1)
-    best = probabilities.topk(top_k)
-    return [
-        RankedClass(rank + 1, index, model.labels[index], float(probabilities[index]), float(logits[index]))
-        for rank, index in enumerate(best.indices.tolist())
-    ]
+def _ranked(model: VitModel, logits: Tensor, top_k: int) -> list[ClassScore]:
+    return top_classes(logits, logits.softmax(-1), model.labels, top_k)
 
 
 def _pair(captured: dict[str, Tensor], first: int, second: int) -> PairTrajectory:

@@ -27,10 +27,13 @@ class Prediction:
 
 def predict(logits: Tensor, labels: list[str], source: ImageSource, weights: str, top_k: int) -> Prediction:
     """The top_k classes of one image's (classes,) logits, with softmax probabilities over all classes."""
-    probabilities = logits.double().softmax(dim=-1)
-    best = probabilities.topk(top_k)
-    top = [
+    return Prediction(source, top_classes(logits, logits.double().softmax(dim=-1), labels, top_k), weights)
+
+
+def top_classes(logits: Tensor, probabilities: Tensor, labels: list[str], top_k: int) -> list[ClassScore]:
+    """The top_k classes by probability, ranked from 1, each with its label, probability and logit."""
+    best = probabilities.topk(min(top_k, probabilities.numel()))
+    return [
         ClassScore(rank + 1, index, labels[index], float(probabilities[index]), float(logits[index]))
         for rank, index in enumerate(best.indices.tolist())
     ]
-    return Prediction(source, top, weights)

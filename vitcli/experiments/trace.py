@@ -22,6 +22,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
+from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
 from vitcli.model import PreparedImage, VitModel
@@ -36,15 +37,6 @@ class FollowedToken:
     token: int  # index among all rows (CLS is 0)
     name: str  # "CLS", "REG1", "P63"
     patch: int | None
-
-
-@dataclass(frozen=True)
-class RankedClass:
-    rank: int
-    index: int
-    label: str
-    probability: float
-    logit: float
 
 
 @dataclass
@@ -84,7 +76,7 @@ class TraceResult:
     blocks: list[BlockSummary]
     cls_cosine_to_block1: list[float]  # per block: cosine of the CLS output row with the CLS row leaving block 1
     pooling: str  # the model's own global_pool: "token" (CLS row) or "avg" (mean of the patch rows)
-    top: list[RankedClass]
+    top: list[ClassScore]
     max_error: float  # largest |explicit - forward-hook capture| over every kept row
     logits_error: float  # largest |reconstructed logits - model(x)|
     shown_values: int  # how many leading values tables and CSV rows show; documents keep every row in full
@@ -168,11 +160,7 @@ def trace_image(
     logits_error = float((logits - model_logits).abs().max())
     probabilities = logits.softmax(-1)
     tracer.whole("head.softmax", "softmax: probabilities", probabilities)
-    ranked = probabilities.topk(min(5, probabilities.numel()))
-    top = [
-        RankedClass(rank + 1, index, model.labels[index], float(probabilities[index]), float(logits[index]))
-        for rank, index in enumerate(ranked.indices.tolist())
-    ]
+    top = top_classes(logits, probabilities, model.labels, 5)
     max_error = max([stage.error for stage in tracer.stages if stage.error is not None] + [s.error for s in summaries])
     if max(max_error, logits_error) > SELF_CHECK_TOLERANCE:
         raise VitcliError(

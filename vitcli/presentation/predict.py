@@ -6,15 +6,20 @@ from typing import Any
 
 from rich.table import Table
 
-from vitcli.experiments.predict import Prediction
+from vitcli.experiments.predict import ClassScore, Prediction
 from vitcli.render import weights_caption
 
 
 def table(result: Prediction) -> Table:
-    top = Table(title=f"{result.source.path}  top {len(result.top)}", caption=weights_caption(result.weights))
+    return top_table(result.top, f"{result.source.path}  top {len(result.top)}", weights_caption(result.weights))
+
+
+def top_table(scores: list[ClassScore], title: str, caption: str | None = None) -> Table:
+    """Ranked classes with their probability and logit (predict's table; trace shows its top classes the same way)."""
+    top = Table(title=title, caption=caption)
     for column in ("rank", "class", "label", "probability", "logit"):
         top.add_column(column, justify="left" if column == "label" else "right")
-    for score in result.top:
+    for score in scores:
         top.add_row(str(score.rank), str(score.index), score.label, f"{score.probability:.6f}", f"{score.logit:.4f}")
     return top
 

@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 
 from vitcli.experiments.trace import SELF_CHECK_TOLERANCE, Stage, TraceResult
+from vitcli.presentation.predict import top_table
 from vitcli.render import weights_caption
 
 PIXEL_STAGES = ("image.decoded", "image.crop")  # shown as 0..255 integers
@@ -33,7 +34,7 @@ def table(result: TraceResult) -> Group:
         label = stage.name if stage.block is None else f"block {stage.block}: {stage.name}"
         shape = "x".join(str(size) for size in stage.shape)
         stages.add_row(label, shape, _values_cell(stage, shown), _error(stage.error))
-    parts: list[Any] = [stages, _blocks_table(result), _top_table(result)]
+    parts: list[Any] = [stages, _blocks_table(result), top_table(result.top, "softmax of the logits: top classes")]
     parts.append(
         f"check: largest |explicit - timm module (forward hooks, fused attention)| over every kept value "
         f"{result.max_error:.3g}; largest |reconstructed logits - model(x)| {result.logits_error:.3g} "
@@ -78,15 +79,6 @@ def _blocks_table(result: TraceResult) -> Table:
             cells += [f"{summary.norms[token.name]:.3f}", f"{summary.cosine_to_previous[token.name]:.4f}"]
         blocks.add_row(*cells, _error(summary.error))
     return blocks
-
-
-def _top_table(result: TraceResult) -> Table:
-    top = Table(title="softmax of the logits: top classes")
-    for column in ("rank", "class", "label", "probability", "logit"):
-        top.add_column(column, justify="left" if column == "label" else "right")
-    for entry in result.top:
-        top.add_row(str(entry.rank), str(entry.index), entry.label, f"{entry.probability:.6f}", f"{entry.logit:.4f}")
-    return top
 
 
 def rows(result: TraceResult) -> list[dict[str, Any]]:
