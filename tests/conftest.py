@@ -99,6 +99,13 @@ def small_vit(name: str, seed: int = 0, **kwargs) -> VitModel:
 
 
 @pytest.fixture(scope="module")
+def tiny2() -> VitModel:
+    """ViT-Tiny with 2 blocks on a 64x64 input: a 4x4 grid of 16 patches + CLS, quick enough for one patch per step;
+    one per test module."""
+    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
+
+
+@pytest.fixture(scope="module")
 def one_torch_thread():
     """One torch thread: other processes share the cores, and nothing compared here depends on the thread count."""
     import torch

@@ -36,12 +36,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def tiny2():
-    """ViT-Tiny with 2 blocks on a 64x64 input: 16 patches + CLS."""
-    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
-
-
-@pytest.fixture(scope="module")
 def registers():
     """DINOv2 ViT-S/14 with 4 register tokens (CLS + REG1..REG4 before the patches), 2 blocks, 56x56: 4x4 patches."""
     return small_vit("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10)

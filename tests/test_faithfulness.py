@@ -22,19 +22,11 @@ from vitcli.experiments.faithfulness import (
 from vitcli.model import VitModel
 from vitcli.presentation import explain as presentation
 
-from conftest import small_vit
-
 # Batched and one-at-a-time float32 forwards differ by rounding only (about 1e-7 in probability).
 PROBABILITY_TOLERANCE = 1e-6
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tiny2():
-    """ViT-Tiny with 2 blocks on a 64x64 input: a 4x4 grid of 16 patches, quick enough for one patch per step."""
-    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
 
 
 @pytest.fixture(scope="module")
