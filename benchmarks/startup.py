@@ -29,7 +29,7 @@ PHOTO = ROOT / "examples" / "images" / "newfoundland_31.jpg"
 VITCLI = str(Path(sys.executable).parent / "vitcli")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from occlusion import CAPTUM_SCRIPT  # noqa: E402  (the same captum script as the occlusion benchmark)
+from occlusion import CAPTUM_SCRIPT, flops_per_cover, flops_per_image  # noqa: E402  (shared with that benchmark)
 
 PHASES = r"""
 import json, sys, time
@@ -122,6 +122,16 @@ def sustained_matmul_rate(seconds: float = 3.0) -> float:
     return count * 2 * 2048**3 / (time.perf_counter() - started)
 
 
+def cover_flops() -> tuple[int, int]:
+    """FLOPs (FlopCounterMode) of one full forward of the photo, and of the forward vitcli runs per patch cover."""
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    model = load_model(WeightsSpec(random=True, seed=0), "cpu")
+    image = model.prepare(PHOTO).input
+    return flops_per_image(model, image), flops_per_cover(model, image)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -173,8 +183,7 @@ def main() -> None:
     )
     print(f"  occlude-patches / captum script with its default: {occlude / captum_default:.2f} (goal <= 0.9)")
     print(f"  occlude-patches / captum script batched like vitcli: {occlude / captum_batched:.2f}")
-    flops = 196 * 2.15e9  # FlopCounterMode: 2.15 GFLOP per ViT-Tiny forward (see ../shared/NOTES.md)
-    executed = 196 * 1.947e9  # FlopCounterMode on vitcli's cover forward (benchmarks/occlusion.py prints it)
+    flops, executed = (196 * count for count in cover_flops())
     rate = max(matmul_rate(), rate_before)
     sustained = (sustained_before + sustained_matmul_rate()) / 2
     covers = occlude - predict
