@@ -248,7 +248,7 @@ def _quadrant_figure(result: QuadrantOcclusion) -> Any:
     for panel, outcome, covered in zip(panels[1:], result.outcomes, result.covered_crops, strict=True):
         show_crop(panel, covered)
         outline(panel, outcome.cover.box)
-        marker = "  (largest drop)" if outcome is largest else ""
+        marker = " (largest drop)" if outcome is largest else ""
         panel.set_title(
             f"{outcome.cover.name} covered{marker}\n"
             f"p = {outcome.target_probability:.4g}, drop {_points(outcome.drop)} pts",
