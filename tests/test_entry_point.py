@@ -150,12 +150,14 @@ def test_installed_entry_point_predicts(photo, tmp_path):
     assert list(tmp_path.glob(f"outputs/{MODEL}-random-s0/{photo.stem}-*/predict-k2.json"))
 
 
-COLLECTOR_PROBE = """
+START_UP_PROBE = """
 import gc, sys
+import vitcli.allocator
 import vitcli.context
 from vitcli.cli import main
 
 load = vitcli.context.CommandContext.model
+keep_freed_memory = vitcli.allocator.keep_freed_memory
 
 def model(self):
     before = gc.isenabled()
@@ -164,18 +166,24 @@ def model(self):
           file=sys.stderr)
     return loaded
 
+def allocator():
+    print(f"allocator thresholds raised={keep_freed_memory()} before torch={'torch' not in sys.modules}",
+          file=sys.stderr)
+
 vitcli.context.CommandContext.model = model
+vitcli.allocator.keep_freed_memory = allocator
 sys.argv = ["vitcli", *sys.argv[1:]]
 main()
 """
 
 
 @pytest.mark.slow
-def test_console_script_pauses_the_collector_for_start_up_only(photo, tmp_path):
+def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_path):
     """The imports of torch and timm run without the cyclic collector; once the model is loaded it collects again,
-    with what start-up built frozen (see vitcli/collector.py)."""
+    with what start-up built frozen (see vitcli/collector.py). glibc's allocator thresholds are raised before torch
+    is imported (vitcli/allocator.py; test_allocator.py measures what that does)."""
     result = subprocess.run(
-        [sys.executable, "-c", COLLECTOR_PROBE, "predict", str(photo), *RANDOM_CPU, "-q"],
+        [sys.executable, "-c", START_UP_PROBE, "predict", str(photo), *RANDOM_CPU, "-q"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -183,6 +191,8 @@ def test_console_script_pauses_the_collector_for_start_up_only(photo, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "start-up collecting=False; after loading collecting=True frozen=True" in result.stderr
+    glibc = os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc") if hasattr(os, "confstr") else False
+    assert f"allocator thresholds raised={glibc} before torch=True" in result.stderr
 
 
 def test_library_callers_keep_their_collector(vit):

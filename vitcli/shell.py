@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from vitcli import collector, interrupts
+from vitcli import allocator, collector, interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
@@ -243,6 +243,7 @@ def _silence_stdout() -> None:
 def run() -> None:
     """The console script: parse errors become one line too (exit 2), like the commands' own errors."""
     collector.pause()
+    allocator.keep_freed_memory()
     try:
         _run()
     finally:
