@@ -6,17 +6,22 @@ Measured in one run, random weights (seed 0), one photo, 196 covers of 16x16 pix
      the covered forwards, the figure, and the files;
   2. whole processes: `vitcli occlude-patches` against an equivalent hand-written captum script (goal: at most 0.9x),
      and `vitcli occlude-patches` minus `vitcli predict` (the cost of 196 covers as a user sees it) as a fraction of
-     this machine's best matmul rate (goal: at least 0.6);
+     this machine's matmul rate (goal: at least 0.6), counting a full forward's FLOPs per cover (attention included,
+     see occlusion.py's counted_flops): against the best rate of the whole run (the strictest), and round by round
+     against the rate measured just before each round of processes;
   3. processes that only import torch, timm and matplotlib, with Python's collector as it starts and with the
-     console script's policy (vitcli/collector.py: paused for start-up, then everything frozen).
+     console script's policy (vitcli/collector.py: paused for start-up, then everything frozen);
+  4. `vitcli occlude-patches` with glibc's allocator thresholds as the C library sets them, against the console
+     script's (vitcli/allocator.py: freed memory kept for the next batch), with each process's page faults.
 
-    .venv/bin/python benchmarks/startup.py [--repeats 3]
+    .venv/bin/python benchmarks/startup.py [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -37,8 +42,9 @@ marks = []
 def mark(name):
     marks.append((name, time.perf_counter()))
 mark("start")
-from vitcli import collector
+from vitcli import allocator, collector
 collector.pause()  # as the console script does
+allocator.keep_freed_memory()
 import torch
 mark("import torch")
 import timm
@@ -86,12 +92,24 @@ COLLECTOR = {
 }
 
 
-def timed(command: list[str], cwd: Path) -> float:
+# The console script with vitcli/allocator.py's policy switched off: glibc's thresholds as the C library sets them.
+ALLOCATOR_DEFAULTS = (
+    "import sys; from vitcli import allocator; allocator.keep_freed_memory = lambda: False; "
+    "from vitcli.cli import main; sys.argv[0] = 'vitcli'; main()"
+)
+
+
+def timed(command: list[str], cwd: Path) -> tuple[float, float, int]:
+    """Seconds, CPU seconds (user and system) and minor page faults of one process (they run one at a time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     finished = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if finished.returncode != 0:
         raise SystemExit(f"{command[:3]} failed: {finished.stderr.strip()[-300:]}")
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return seconds, cpu, after.ru_minflt - before.ru_minflt
 
 
 def matmul_rate() -> float:
@@ -122,19 +140,20 @@ def sustained_matmul_rate(seconds: float = 3.0) -> float:
     return count * 2 * 2048**3 / (time.perf_counter() - started)
 
 
-def cover_flops() -> tuple[int, int]:
-    """FLOPs (FlopCounterMode) of one full forward of the photo, and of the forward vitcli runs per patch cover."""
+def cover_flops() -> tuple[int, int, int]:
+    """FLOPs (FlopCounterMode, attention included) of one full forward of the photo and of the forward vitcli runs per
+    patch cover, and a full forward's as this benchmark counted before (the attention products left out)."""
     from vitcli.loading import load_model
     from vitcli.spec import WeightsSpec
 
     model = load_model(WeightsSpec(random=True, seed=0), "cpu")
     image = model.prepare(PHOTO).input
-    return flops_per_image(model, image), flops_per_cover(model, image)
+    return flops_per_image(model, image), flops_per_cover(model, image), flops_per_image(model, image, attention=False)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     arguments = parser.parse_args()
     rate_before, sustained_before = matmul_rate(), sustained_matmul_rate()
     phases = subprocess.run([sys.executable, "-c", PHASES, str(PHOTO)], capture_output=True, text=True, check=True)
@@ -149,8 +168,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         (work / "captum_occlusion.py").write_text(CAPTUM_SCRIPT)  # not captum.py: it would shadow captum
+        occlude = ["occlude-patches", str(PHOTO), *common, "-o", "out"]
         commands = {
-            "vitcli occlude-patches": [VITCLI, "occlude-patches", str(PHOTO), *common, "-o", "out"],
+            "vitcli occlude-patches": [VITCLI, *occlude],
             "vitcli predict": [VITCLI, "predict", str(PHOTO), *common, "-o", "out"],
             "captum script, perturbations_per_eval 1 (captum's default)": [
                 sys.executable,
@@ -168,33 +188,61 @@ def main() -> None:
             ],
         }
         commands.update({name: [sys.executable, "-c", code] for name, code in COLLECTOR.items()})
-        times: dict[str, list[float]] = {name: [] for name in commands}
+        commands["vitcli occlude-patches, glibc's allocator defaults"] = [
+            sys.executable,
+            "-c",
+            ALLOCATOR_DEFAULTS,
+            *occlude,
+        ]
+        measured: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands}
+        rates = []  # the best-of-five matmul rate just before each round of processes
         for _ in range(arguments.repeats):  # alternating, so drifts in load hit every command alike
+            rates.append(matmul_rate())
             for name, command in commands.items():
-                times[name].append(timed(command, work))
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"\nwhole processes, median of {arguments.repeats}:")
+                measured[name].append(timed(command, work))
+    medians = {name: statistics.median(seconds for seconds, _, _ in runs) for name, runs in measured.items()}
+    cpu = {name: statistics.median(seconds for _, seconds, _ in runs) for name, runs in measured.items()}
+    print(f"\nwhole processes, median of {arguments.repeats} (each run; median CPU time and page faults):")
     for name, seconds in medians.items():
-        print(f"  {name:42} {seconds:6.2f} s   ({', '.join(f'{value:.2f}' for value in times[name])})")
-    occlude, predict, captum_default, captum_batched, imports_plain, imports_vitcli = medians.values()
+        runs = ", ".join(f"{run[0]:.2f}" for run in measured[name])
+        faults = statistics.median(run[2] for run in measured[name])
+        print(f"  {name:42} {seconds:6.2f} s   ({runs}; CPU {cpu[name]:.2f} s, {faults:,.0f} faults)")
+    occlude, predict, captum_default, captum_batched, imports_plain, imports_vitcli, occlude_glibc = medians.values()
     print(
         f"  the collector policy saves {imports_plain - imports_vitcli:.2f} s of importing torch, timm and matplotlib "
         f"({imports_vitcli / imports_plain:.2f} of the time)"
     )
+    allocator_cpu = cpu["vitcli occlude-patches, glibc's allocator defaults"] - cpu["vitcli occlude-patches"]
+    print(
+        f"  the allocator policy saves {occlude_glibc - occlude:.2f} s of occlude-patches "
+        f"({occlude / occlude_glibc:.2f} of the time) and {allocator_cpu:.2f} s of its CPU time"
+    )
     print(f"  occlude-patches / captum script with its default: {occlude / captum_default:.2f} (goal <= 0.9)")
     print(f"  occlude-patches / captum script batched like vitcli: {occlude / captum_batched:.2f}")
-    flops, executed = (196 * count for count in cover_flops())
-    rate = max(matmul_rate(), rate_before)
+    flops, executed, without_attention = (196 * count for count in cover_flops())
+    rate = max(matmul_rate(), rate_before, *rates)
     sustained = (sustained_before + sustained_matmul_rate()) / 2
     covers = occlude - predict
     print(
         f"  196 covers as a user sees them (occlude-patches - predict): {covers:.2f} s = {flops / covers / 1e9:.0f} "
         f"GFLOP/s of full forwards = {flops / covers / rate:.2f} of this machine's best matmul rate "
-        f"{rate / 1e9:.0f} GFLOP/s (goal >= 0.6); counting only the FLOPs vitcli runs: {executed / covers / rate:.2f}"
+        f"{rate / 1e9:.0f} GFLOP/s (goal >= 0.6); counting only the FLOPs vitcli runs: {executed / covers / rate:.2f}; "
+        f"counted as before this benchmark included attention: {without_attention / covers / rate:.2f}"
     )
     print(
         f"  for context, products sustained for 3 s before and after the processes: {sustained / 1e9:.0f} GFLOP/s "
         f"({sustained / rate:.2f} of the best); the covers reach {flops / covers / sustained:.2f} of that"
+    )
+    # Each round against the machine as it was then: that round's two processes and the matmul rate just before.
+    rounds = [
+        flops / (occlude_run[0] - predict_run[0]) / round_rate
+        for occlude_run, predict_run, round_rate in zip(
+            measured["vitcli occlude-patches"], measured["vitcli predict"], rates, strict=True
+        )
+    ]
+    print(
+        f"  round by round, against the best-of-five rate measured just before the round: median "
+        f"{statistics.median(rounds):.2f} ({', '.join(f'{fraction:.2f}' for fraction in rounds)})"
     )
 
 
