@@ -6,8 +6,8 @@ to fresh pages, which the kernel must map and zero-fill again on first touch. gl
 far enough for batches of forwards. So the console script raises them before torch is imported, and the process
 keeps its peak heap until it exits (about 70 MiB more at the peak of `vitcli occlude-patches`).
 
-Measured on a 2-core virtual machine, 8 alternating pairs of whole `vitcli occlude-patches` processes: 310,000 page
-faults became 188,000, CPU time fell by 1.3 s (0.4 s of it in the kernel) and the median run by 0.7 s;
+Measured on a 2-core virtual machine, whole `vitcli occlude-patches` processes (medians of 5-8 alternating runs):
+279,000-341,000 page faults became 188,000, CPU time fell by 0.2-1.3 s and the run by 0.25-0.7 s;
 benchmarks/startup.py measures it again in each run. Library callers and tests keep the C library's defaults.
 """
 
