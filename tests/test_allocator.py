@@ -4,13 +4,12 @@ this test process keeps the C library's defaults."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-glibc = hasattr(os, "confstr") and os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+from vitcli.allocator import runs_on_glibc
 
 # Batches like a forward's, straight through the C library (torch takes its tensors' memory from malloc too): three
 # 24 MiB activations written, then all freed. By default glibc either maps each block on its own, or, once its
@@ -48,7 +47,7 @@ def page_faults(mode: str) -> tuple[str, int]:
     return applied, int(faults)
 
 
-@pytest.mark.skipif(not glibc, reason="the policy applies to glibc only")
+@pytest.mark.skipif(not runs_on_glibc(), reason="the policy applies to glibc only")
 def test_freed_activations_are_reused_instead_of_faulted_in_again():
     defaults, faults_by_default = page_faults("defaults")
     applied, faults_with_policy = page_faults("policy")
@@ -58,7 +57,7 @@ def test_freed_activations_are_reused_instead_of_faulted_in_again():
     assert faults_with_policy * 20 <= faults_by_default, (faults_with_policy, faults_by_default)
 
 
-@pytest.mark.skipif(glibc, reason="this C library is glibc")
+@pytest.mark.skipif(runs_on_glibc(), reason="this C library is glibc")
 def test_other_c_libraries_are_left_alone():
     from vitcli import allocator
 

@@ -191,8 +191,9 @@ def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_pa
     )
     assert result.returncode == 0, result.stderr
     assert "start-up collecting=False; after loading collecting=True frozen=True" in result.stderr
-    glibc = os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc") if hasattr(os, "confstr") else False
-    assert f"allocator thresholds raised={glibc} before torch=True" in result.stderr
+    from vitcli.allocator import runs_on_glibc
+
+    assert f"allocator thresholds raised={runs_on_glibc()} before torch=True" in result.stderr
 
 
 def test_library_callers_keep_their_collector(vit):

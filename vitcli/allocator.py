@@ -25,12 +25,16 @@ MMAP_THRESHOLD = 32 * 2**20
 TRIM_THRESHOLD = 256 * 2**20
 
 
+def runs_on_glibc() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+    except (AttributeError, ValueError, OSError):  # no confstr, no such name, or no value: not glibc
+        return False
+
+
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; False, changing nothing, on another C library."""
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
-            return False
-    except (AttributeError, ValueError, OSError):  # no confstr, or no such name: not glibc
+    if not runs_on_glibc():
         return False
     mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
