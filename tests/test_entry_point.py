@@ -75,6 +75,9 @@ def test_command_help_ends_with_examples_and_shows_flags_as_flags(cli):
     for flag in ("--quiet", "--debug", "--fail-fast", "--help"):
         (line,) = [line for line in lines if line.split()[:1] == [flag]]
         assert "<bool>" not in line, line
+    (argument,) = [line for line in lines if line.split()[:1] == ["IMAGE"]]
+    assert "<" not in argument, argument  # not Typer's <list[str]>
+    assert "<list[" not in cli("merge", "--help").stdout
     root = cli("--help").stdout.splitlines()
     for flag in ("--version", "--install-completion", "--show-completion", "--help"):
         (line,) = [line for line in root if line.strip(" │").split()[:1] == [flag]]

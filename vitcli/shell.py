@@ -28,23 +28,30 @@ from vitcli.spec import WeightsSpec
 from vitcli.store import check_output_dir
 
 
-class _FlagsShowNoValue:
-    """Help shows on/off options as bare flags, Typer's own (--help, --install-completion) included: otherwise Typer
-    prints `--quiet <bool>` as if the flag took a value."""
+class _HelpWithoutPythonTypes:
+    """Help shows on/off options as bare flags, Typer's own (--help, --install-completion) included, and arguments that
+    take many values (IMAGE...) without a type: otherwise Typer prints `--quiet <bool>` as if the flag took a value,
+    and `<list[str]>` beside IMAGE."""
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
         params = super().get_params(ctx)  # type: ignore[misc]
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
+            elif isinstance(param, typer.core.TyperArgument) and param.nargs != 1:
+                param.display_type_rich = _no_type
         return params
 
 
-class _Group(_FlagsShowNoValue, typer.core.TyperGroup):
+def _no_type(ctx: typer.Context) -> None:
+    return None
+
+
+class _Group(_HelpWithoutPythonTypes, typer.core.TyperGroup):
     pass
 
 
-class _Command(_FlagsShowNoValue, typer.core.TyperCommand):
+class _Command(_HelpWithoutPythonTypes, typer.core.TyperCommand):
     pass
 
 
