@@ -77,7 +77,9 @@ def test_command_help_ends_with_examples_and_shows_flags_as_flags(cli):
         assert "<bool>" not in line, line
     (argument,) = [line for line in lines if line.split()[:1] == ["IMAGE"]]
     assert "<" not in argument, argument  # not Typer's <list[str]>
-    assert "<list[" not in cli("merge", "--help").stdout
+    for command in ("merge", "patches", "explain"):  # RUN_DIR...; repeatable --patch and --method
+        assert "<list[" not in cli(command, "--help").stdout, command
+    assert "--patch -p <str>" in " ".join(cli("patches", "--help").stdout.replace("│", " ").split())
     root = cli("--help").stdout.splitlines()
     for flag in ("--version", "--install-completion", "--show-completion", "--help"):
         (line,) = [line for line in root if line.strip(" │").split()[:1] == [flag]]

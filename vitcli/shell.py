@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -29,15 +30,17 @@ from vitcli.store import check_output_dir
 
 
 class _HelpWithoutPythonTypes:
-    """Help shows on/off options as bare flags, Typer's own (--help, --install-completion) included, and arguments that
-    take many values (IMAGE...) without a type: otherwise Typer prints `--quiet <bool>` as if the flag took a value,
-    and `<list[str]>` beside IMAGE."""
+    """Help shows on/off options as bare flags, Typer's own (--help, --install-completion) included, a repeatable
+    option with the type of one value, and arguments that take many values (IMAGE...) without a type. Otherwise Typer
+    prints `--quiet <bool>` as if the flag took a value, and `--patch <list[str]>` or `<list[str]>` beside IMAGE."""
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
         params = super().get_params(ctx)  # type: ignore[misc]
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
+            elif isinstance(param, typer.core.TyperOption) and param.multiple and param.metavar is None:
+                param.metavar = re.sub(r"^<list\[(.*)\]>$", r"<\1>", param.display_type(ctx))
             elif isinstance(param, typer.core.TyperArgument) and param.nargs != 1:
                 param.display_type_rich = _no_type
         return params
