@@ -174,9 +174,6 @@ class VitModel:
         size = max(1, min(self.batch_size, math.ceil(len(inputs) / self.streams)))
         return torch.cat(list(self.stream(self.net, inputs.split(size))))
 
-    def probabilities(self, inputs: Tensor) -> Tensor:
-        return self.logits(inputs).softmax(dim=-1)
-
     # ----- forwards of many copies of one image (covers, deletion curves)
 
     def embed(self, inputs: Tensor) -> Tensor:
