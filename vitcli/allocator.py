@@ -6,9 +6,10 @@ to fresh pages, which the kernel must map and zero-fill again on first touch. gl
 far enough for batches of forwards. So the console script raises them before torch is imported, and the process
 keeps its peak heap until it exits (about 70 MiB more at the peak of `vitcli occlude-patches`).
 
-Measured on a 2-core virtual machine, whole `vitcli occlude-patches` processes (medians of 5-8 alternating runs):
-279,000-341,000 page faults became 188,000, CPU time fell by 0.2-1.3 s and the run by 0.25-0.7 s;
-benchmarks/startup.py measures it again in each run. Library callers and tests keep the C library's defaults.
+Measured on a 2-core virtual machine: a whole `vitcli occlude-patches` takes 188,000 page faults instead of
+279,000-341,000, and its 196 covers alone ran 0.15 s faster (median of 10 alternating pairs); whole processes differ by
+less than that machine's noise (docs/models.md has the numbers; benchmarks/startup.py measures it again in each run).
+Library callers and tests keep the C library's defaults.
 """
 
 from __future__ import annotations
