@@ -8,13 +8,18 @@ Measured in one run, random weights (seed 0), one photo, 196 covers of 16x16 pix
      and `vitcli occlude-patches` minus `vitcli predict` (the cost of 196 covers as a user sees it) as a fraction of
      this machine's matmul rate (goal: at least 0.6), counting a full forward's FLOPs per cover (attention included,
      see occlusion.py's counted_flops). The goal line pairs each round's two processes with the best-of-five rate
-     measured just before that round and takes the median over rounds: on a shared machine whose rate drifts, that
+     measured just before them and takes the median over rounds: on a shared machine whose rate drifts, that
      compares the covers with the machine as it was when they ran. The strictest reading is printed beside it: the
      median processes against the best rate of the whole run, a burst that the processes themselves rarely see;
   3. processes that only import torch, timm and matplotlib, with Python's collector as it starts and with the
      console script's policy (vitcli/collector.py: paused for start-up, then everything frozen);
   4. `vitcli occlude-patches` with glibc's allocator thresholds as the C library sets them, against the console
-     script's (vitcli/allocator.py: freed memory kept for the next batch), with each process's page faults.
+     script's (vitcli/allocator.py: freed memory kept for the next batch), with each process's page faults;
+  5. how long a `vitcli predict` process takes to end once its command has returned: with the console script's
+     end_process (vitcli/shell.py: exit handlers run and output flushed, the objects start-up built left to the
+     operating system), and with the interpreter's teardown (timed from inside: the whole processes vary by more).
+The two sides of each comparison run back to back, one first in one round and the other in the next; what a policy
+saves is the median over rounds of the two sides' difference.
 
     .venv/bin/python benchmarks/startup.py [--repeats 5]
 """
@@ -100,6 +105,28 @@ ALLOCATOR_DEFAULTS = (
     "from vitcli.cli import main; sys.argv[0] = 'vitcli'; main()"
 )
 
+OCCLUDE, PREDICT = "vitcli occlude-patches", "vitcli predict"
+OCCLUDE_GLIBC = "vitcli occlude-patches, glibc's allocator defaults"
+CAPTUM_DEFAULT = "captum script, perturbations_per_eval 1 (captum's default)"
+CAPTUM_BATCHED = "captum script, perturbations_per_eval 8 (vitcli's batch)"
+
+# `vitcli predict` that prints when its command returned, then ends as the console script does or, with "teardown" as
+# its first argument, as Python does (end_process switched off).
+EXIT_PROBE = """
+import sys, time
+from vitcli import shell
+end_process = shell.end_process
+teardown = sys.argv.pop(1) == "teardown"
+def returned(code):
+    print(time.time(), file=sys.stderr, flush=True)
+    if not teardown:
+        end_process(code)
+shell.end_process = returned
+from vitcli.cli import main
+sys.argv[0] = "vitcli"
+main()
+"""
+
 
 def timed(command: list[str], cwd: Path) -> tuple[float, float, int]:
     """Seconds, CPU seconds (user and system) and minor page faults of one process (they run one at a time)."""
@@ -112,6 +139,15 @@ def timed(command: list[str], cwd: Path) -> tuple[float, float, int]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return seconds, cpu, after.ru_minflt - before.ru_minflt
+
+
+def exit_seconds(ending: str, arguments: list[str], cwd: Path) -> float:
+    """Seconds from the moment a vitcli command returned to the end of its process (EXIT_PROBE)."""
+    finished = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, ending, *arguments], cwd=cwd, capture_output=True, text=True, check=True
+    )
+    ended = time.time()
+    return ended - float(finished.stderr.strip().splitlines()[-1])
 
 
 def matmul_rate() -> float:
@@ -171,37 +207,29 @@ def main() -> None:
         work = Path(folder)
         (work / "captum_occlusion.py").write_text(CAPTUM_SCRIPT)  # not captum.py: it would shadow captum
         occlude = ["occlude-patches", str(PHOTO), *common, "-o", "out"]
+        predict = ["predict", str(PHOTO), *common, "-o", "out"]
+        # Each comparison runs back to back within a round, first one side and then, next round, the other first
+        # (every other round runs the list backwards), so that drifts in load hit both sides alike.
         commands = {
-            "vitcli occlude-patches": [VITCLI, *occlude],
-            "vitcli predict": [VITCLI, "predict", str(PHOTO), *common, "-o", "out"],
-            "captum script, perturbations_per_eval 1 (captum's default)": [
-                sys.executable,
-                "captum_occlusion.py",
-                str(PHOTO),
-                "captum1.csv",
-                "1",
-            ],
-            "captum script, perturbations_per_eval 8 (vitcli's batch)": [
-                sys.executable,
-                "captum_occlusion.py",
-                str(PHOTO),
-                "captum8.csv",
-                "8",
-            ],
+            OCCLUDE_GLIBC: [sys.executable, "-c", ALLOCATOR_DEFAULTS, *occlude],
+            OCCLUDE: [VITCLI, *occlude],
+            PREDICT: [VITCLI, *predict],
+            CAPTUM_DEFAULT: [sys.executable, "captum_occlusion.py", str(PHOTO), "captum1.csv", "1"],
+            CAPTUM_BATCHED: [sys.executable, "captum_occlusion.py", str(PHOTO), "captum8.csv", "8"],
+            **{name: [sys.executable, "-c", code] for name, code in COLLECTOR.items()},
         }
-        commands.update({name: [sys.executable, "-c", code] for name, code in COLLECTOR.items()})
-        commands["vitcli occlude-patches, glibc's allocator defaults"] = [
-            sys.executable,
-            "-c",
-            ALLOCATOR_DEFAULTS,
-            *occlude,
-        ]
         measured: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands}
-        rates = []  # the best-of-five matmul rate just before each round of processes
-        for _ in range(arguments.repeats):  # alternating, so drifts in load hit every command alike
-            rates.append(matmul_rate())
-            for name, command in commands.items():
+        rates = []  # each round's best-of-five matmul rate, measured just before its occlude-patches and predict
+        for round_number in range(arguments.repeats):
+            order = list(commands.items())
+            for name, command in order if round_number % 2 == 0 else reversed(order):
+                if name in (OCCLUDE, PREDICT) and len(rates) == round_number:
+                    rates.append(matmul_rate())
                 measured[name].append(timed(command, work))
+        exits = {
+            ending: statistics.median(exit_seconds(ending, predict, work) for _ in range(arguments.repeats))
+            for ending in ("end_process", "teardown")
+        }
     medians = {name: statistics.median(seconds for seconds, _, _ in runs) for name, runs in measured.items()}
     cpu = {name: statistics.median(seconds for _, seconds, _ in runs) for name, runs in measured.items()}
     print(f"\nwhole processes, median of {arguments.repeats} (each run; median CPU time and page faults):")
@@ -209,26 +237,36 @@ def main() -> None:
         runs = ", ".join(f"{run[0]:.2f}" for run in measured[name])
         faults = statistics.median(run[2] for run in measured[name])
         print(f"  {name:42} {seconds:6.2f} s   ({runs}; CPU {cpu[name]:.2f} s, {faults:,.0f} faults)")
-    occlude, predict, captum_default, captum_batched, imports_plain, imports_vitcli, occlude_glibc = medians.values()
+
+    def saved(without: str, policy: str) -> str:
+        """What a policy saves: the median over rounds of the two processes' difference, and in how many rounds."""
+        differences = [off[0] - on[0] for off, on in zip(measured[without], measured[policy], strict=True)]
+        cpu_differences = [off[1] - on[1] for off, on in zip(measured[without], measured[policy], strict=True)]
+        return (
+            f"{statistics.median(differences):.2f} s (median of the rounds' differences; less time in "
+            f"{sum(difference > 0 for difference in differences)} of {len(differences)} rounds) and "
+            f"{statistics.median(cpu_differences):.2f} s of CPU time"
+        )
+
+    imports_plain, imports_vitcli = COLLECTOR
+    print(f"  importing torch, timm and matplotlib: the collector policy saves {saved(imports_plain, imports_vitcli)}")
+    print(f"  occlude-patches: the allocator policy saves {saved(OCCLUDE_GLIBC, OCCLUDE)}")
     print(
-        f"  the collector policy saves {imports_plain - imports_vitcli:.2f} s of importing torch, timm and matplotlib "
-        f"({imports_vitcli / imports_plain:.2f} of the time)"
+        f"  a predict process ends {exits['end_process']:.2f} s after its command returned (median of "
+        f"{arguments.repeats}), {exits['teardown']:.2f} s with the interpreter's teardown"
     )
-    allocator_cpu = cpu["vitcli occlude-patches, glibc's allocator defaults"] - cpu["vitcli occlude-patches"]
-    print(
-        f"  the allocator policy saves {occlude_glibc - occlude:.2f} s of occlude-patches "
-        f"({occlude / occlude_glibc:.2f} of the time) and {allocator_cpu:.2f} s of its CPU time"
-    )
+    occlude, predict = medians[OCCLUDE], medians[PREDICT]
+    captum_default, captum_batched = medians[CAPTUM_DEFAULT], medians[CAPTUM_BATCHED]
     print(f"  occlude-patches / captum script with its default: {occlude / captum_default:.2f} (goal <= 0.9)")
     print(f"  occlude-patches / captum script batched like vitcli: {occlude / captum_batched:.2f}")
     flops, executed, without_attention = (196 * count for count in cover_flops())
-    # The goal line: each round's two processes against the machine as it was then (the rate just before the round).
-    pairs = list(zip(measured["vitcli occlude-patches"], measured["vitcli predict"], rates, strict=True))
+    # The goal line: each round's two processes against the machine as it was then (the rate just before them).
+    pairs = list(zip(measured[OCCLUDE], measured[PREDICT], rates, strict=True))
     rounds = [flops / (occlude_run[0] - predict_run[0]) / round_rate for occlude_run, predict_run, round_rate in pairs]
     paired_seconds = statistics.median(occlude_run[0] - predict_run[0] for occlude_run, predict_run, _ in pairs)
     print(
         f"  196 covers as a user sees them (occlude-patches - predict), round by round against the best-of-five "
-        f"matmul rate measured just before the round: median {statistics.median(rounds):.2f} (goal >= 0.6; rounds "
+        f"matmul rate measured just before the two: median {statistics.median(rounds):.2f} (goal >= 0.6; rounds "
         f"{', '.join(f'{fraction:.2f}' for fraction in rounds)}; median difference {paired_seconds:.2f} s)"
     )
     rate = max(matmul_rate(), rate_before, *rates)

@@ -7,8 +7,9 @@ far enough for batches of forwards. So the console script raises them before tor
 keeps its peak heap until it exits (about 70 MiB more at the peak of `vitcli occlude-patches`).
 
 Measured on a 2-core virtual machine: a whole `vitcli occlude-patches` takes 188,000 page faults instead of
-279,000-341,000, and its 196 covers alone ran 0.15 s faster (median of 10 alternating pairs); whole processes differ by
-less than that machine's noise (docs/models.md has the numbers; benchmarks/startup.py measures it again in each run).
+279,000-341,000, and its 196 covers alone ran 0.15 s faster (median of 10 alternating pairs); whole processes ran from
+0.2 s slower to 1.2 s faster as the load on that machine varied (docs/models.md; benchmarks/startup.py measures it
+again in each run).
 Library callers and tests keep the C library's defaults.
 """
 
