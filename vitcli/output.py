@@ -8,6 +8,7 @@ same document and rows go to files and to stdout (`file_document`, `csv_rows`).
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -86,10 +87,7 @@ class Emitter:
 
     def console(self) -> Any:
         if self._console is None:
-            from rich.console import Console
-
-            width = None if sys.stdout.isatty() else _pipe_width()
-            self._console = Console(file=sys.stdout, width=width, soft_wrap=False)
+            self._console = _stdout_console(None if sys.stdout.isatty() else _pipe_width())
         return self._console
 
     def _csv(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -104,6 +102,18 @@ class Emitter:
             writer.writeheader()
         writer.writerows(rows)
         _write_line(buffer.getvalue().rstrip("\n"))
+
+
+def _stdout_console(width: int | None) -> Any:
+    """A rich console on stdout. When the reader of a pipe has gone, rich would exit with 1; this one raises
+    BrokenPipeError, which the commands turn into exit 141 as for every other format (vitcli.shell)."""
+    from rich.console import Console
+
+    class StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError(errno.EPIPE, "stdout is a closed pipe")
+
+    return StdoutConsole(file=sys.stdout, width=width, soft_wrap=False)
 
 
 def _pipe_width() -> int:
