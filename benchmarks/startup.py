@@ -36,12 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 PHOTO = ROOT / "examples" / "images" / "newfoundland_31.jpg"
 VITCLI = str(Path(sys.executable).parent / "vitcli")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from occlusion import CAPTUM_SCRIPT, flops_per_cover, flops_per_image  # noqa: E402  (shared with that benchmark)
+from occlusion import CAPTUM_SCRIPT, flops_per_cover, flops_per_image, matmul_rate  # noqa: E402  (shared)
 
 PHASES = r"""
 import json, sys, time
@@ -150,32 +152,16 @@ def exit_seconds(ending: str, arguments: list[str], cwd: Path) -> float:
     return ended - float(finished.stderr.strip().splitlines()[-1])
 
 
-def matmul_rate() -> float:
-    """The best of five 2048x2048 fp32 products, in FLOP/s: the least disturbed by other load, so the strictest."""
-    import torch
-
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-    a @ b
-    best = float("inf")
-    for _ in range(5):
-        started = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - started)
-    return 2 * 2048**3 / best
-
-
 def sustained_matmul_rate(seconds: float = 3.0) -> float:
-    """2048x2048 fp32 products back to back for `seconds`, in FLOP/s: what the machine sustains under its present
+    """2048x2048 fp32 products back to back for `seconds`, in GFLOP/s: what the machine sustains under its present
     load, as the covers experience it (on a shared machine this falls further below the best-of-five than bursts do)."""
-    import torch
-
     a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
     a @ b
     count, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         a @ b
         count += 1
-    return count * 2 * 2048**3 / (time.perf_counter() - started)
+    return count * 2 * 2048**3 / (time.perf_counter() - started) / 1e9
 
 
 def cover_flops() -> tuple[int, int, int]:
@@ -259,7 +245,7 @@ def main() -> None:
     captum_default, captum_batched = medians[CAPTUM_DEFAULT], medians[CAPTUM_BATCHED]
     print(f"  occlude-patches / captum script with its default: {occlude / captum_default:.2f} (goal <= 0.9)")
     print(f"  occlude-patches / captum script batched like vitcli: {occlude / captum_batched:.2f}")
-    flops, executed, without_attention = (196 * count for count in cover_flops())
+    flops, executed, without_attention = (196 * count / 1e9 for count in cover_flops())  # GFLOP
     # The goal line: each round's two processes against the machine as it was then (the rate just before them).
     pairs = list(zip(measured[OCCLUDE], measured[PREDICT], rates, strict=True))
     rounds = [flops / (occlude_run[0] - predict_run[0]) / round_rate for occlude_run, predict_run, round_rate in pairs]
@@ -274,12 +260,12 @@ def main() -> None:
     covers = occlude - predict
     print(
         f"  the strictest reading, median processes against the best rate of the whole run: {covers:.2f} s = "
-        f"{flops / covers / 1e9:.0f} GFLOP/s of full forwards = {flops / covers / rate:.2f} of {rate / 1e9:.0f} "
+        f"{flops / covers:.0f} GFLOP/s of full forwards = {flops / covers / rate:.2f} of {rate:.0f} "
         f"GFLOP/s; counting only the FLOPs vitcli runs: {executed / covers / rate:.2f}; counted as before this "
         f"benchmark included attention: {without_attention / covers / rate:.2f}"
     )
     print(
-        f"  for context, products sustained for 3 s before and after the processes: {sustained / 1e9:.0f} GFLOP/s "
+        f"  for context, products sustained for 3 s before and after the processes: {sustained:.0f} GFLOP/s "
         f"({sustained / rate:.2f} of the best); the covers reach {flops / covers / sustained:.2f} of that"
     )
 
