@@ -257,7 +257,7 @@ def test_a_folder_without_a_manifest_is_a_usage_error(cli, workdir):
     ("command", "column", "largest_first"), [("occlude-patches", "drop_points", True), ("explain", "rank", False)]
 )
 def test_ranked_experiments_show_their_strongest_rows_first(tmp_path, command, column, largest_first):
-    from vitcli.batch.report import excerpt
+    from vitcli.report.reading import excerpt
 
     values = ["0.5", "nan", "3.25", "-1", "2", "0.75"]
     path = tmp_path / "ranked.csv"

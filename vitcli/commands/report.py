@@ -9,6 +9,8 @@ from vitcli import collector
 from vitcli.context import CommandContext
 from vitcli.shell import vitcli_command
 
+MAX_ROWS = 100  # CSV rows per result: keeps each image's page small
+
 
 @vitcli_command(
     "report",
@@ -16,6 +18,7 @@ from vitcli.shell import vitcli_command
     examples=[
         "vitcli report outputs/lecture",
         "vitcli report outputs/sweep --rows 10",
+        "vitcli report outputs/sweep --pages",
     ],
 )
 def report_command(
@@ -23,13 +26,23 @@ def report_command(
     run_dir: Annotated[
         Path, typer.Argument(metavar="RUN_DIR", help="The folder of a `vitcli run` (OUTPUT/NAME), shards included.")
     ],
-    rows: Annotated[int, typer.Option("--rows", min=1, help="CSV rows shown beside each figure.")] = 5,
+    rows: Annotated[int, typer.Option("--rows", min=1, max=MAX_ROWS, help="CSV rows shown beside each figure.")] = 5,
+    single_file: Annotated[
+        bool | None,
+        typer.Option(
+            "--single-file/--pages",
+            help="One self-contained page with every figure embedded (runs of up to 40 images and 50 MB of "
+            "figures), or an index page beside one page per image. Default: by the run's size.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """One self-contained HTML page for a run: provenance, the summary table, and per image every result's figure
-    beside its headline numbers and a few CSV rows. Figures are embedded; the page needs no network. Written to
-    RUN_DIR/report.html; no model is loaded.
+    """HTML pages for a run: provenance, the summary table, timings, failures, and per image every result's figure
+    beside its headline numbers and a few CSV rows. Small runs get one self-contained page; larger ones an index
+    (sortable, paginated) beside one page per image in its result folder. Nothing is loaded from the network. Opens
+    at RUN_DIR/report.html; no model is loaded.
     """
-    from vitcli.batch.report import write_report
+    from vitcli.report.layouts import write_report
 
     collector.settle()
-    context.messages.info(f"wrote {write_report(run_dir, rows)}")
+    context.messages.info(f"wrote {write_report(run_dir, rows, single_file)}")
