@@ -2,8 +2,9 @@
 figure, occlude-patches with 196 covers; written through vitcli's own output store, with a manifest.json of the
 schema vitcli.batch.manifest reads), then `vitcli report` on it in a subprocess.
 
-Prints the build's wall time and peak memory (the child's maximum resident set), the index page's size and its
-bytes per image (so the size at 10,000 images), and the largest page of one image. Goals (issue 19): 2,000 images in
+Prints the build's wall time and CPU time (the machine is shared: wall time depends on its load, printed beside it),
+its peak memory (the child's maximum resident set), the index page's size and its bytes per image (so the size at
+10,000 images), and the largest page of one image. Goals (issue 19): 2,000 images in
 under a minute and under 1 GB; the index under 5 MB at 10,000 images; one image's page under 3 MB.
 
     .venv/bin/python benchmarks/report.py [IMAGES]   (default 2000)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -61,7 +63,8 @@ def fake_run(root: Path, count: int, name: str = "bench") -> Path:
             OCCLUSION_COLUMNS
             + "\n"
             + "".join(
-                f"3,tabby,{probability:.6f},P{p},P{p},{(p - 1) // 14},{(p - 1) % 14},0,0,16,16,0.1,{float(drop)!r},3,tabby\n"
+                f"3,tabby,{probability:.6f},P{p},P{p},{(p - 1) // 14},{(p - 1) % 14},0,0,16,16,0.1,"
+                f"{float(drop)!r},3,tabby\n"
                 for p, drop in enumerate(drops, start=1)
             )
         )
@@ -106,10 +109,15 @@ def main() -> None:
         started = time.perf_counter()
         subprocess.run([VITCLI, "report", str(run), "-q"], check=True)
         seconds = time.perf_counter() - started
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # kB on Linux
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        peak, cpu = usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime  # ru_maxrss is in kB on Linux
         index = (run / "report.html").stat().st_size
         pages = [path.stat().st_size for path in run.glob(f"{MODEL}/*/report.html")]
-        print(f"report of {count} images: {seconds:.1f} s, peak memory {peak:.0f} MB")
+        load = os.getloadavg()[0]
+        print(
+            f"report of {count} images: {seconds:.1f} s ({cpu:.1f} s of CPU; load average {load:.1f}), "
+            f"peak memory {peak:.0f} MB"
+        )
         print(
             f"index {index / 1e6:.2f} MB ({index / count:.0f} bytes per image: "
             f"{index / count * 1e4 / 1e6:.1f} MB at 10,000)"

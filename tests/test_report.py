@@ -394,3 +394,94 @@ def test_files_outside_the_run_folder_are_listed_as_refused_and_never_read(tmp_p
     for page_path in pages:
         assert all(target.is_relative_to(run.resolve()) for target in local_urls(page_path))
         assert "secret.png" not in {target.name for target in local_urls(page_path)}
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium driven by Playwright (never a downloaded browser)."""
+    if not CHROMIUM.is_file():
+        pytest.skip("Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class Visit:
+    """A page opened in the browser with every console error, page error, request and failed request recorded."""
+
+    def __init__(self, browser, path: Path):
+        self.page = browser.new_page()
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.on("request", lambda request: self.requests.append(request.url))
+        self.page.on("requestfailed", lambda request: self.errors.append(f"failed: {request.url}"))
+        self.page.goto(path.as_uri(), wait_until="load")
+
+    def check(self, root: Path) -> None:
+        """No errors; nothing requested but files inside the run folder; every figure decoded."""
+        from urllib.parse import unquote, urlparse
+
+        assert self.errors == []
+        assert all(url.startswith(("file://", "data:")) for url in self.requests), self.requests
+        for url in self.requests:
+            if url.startswith("file://"):
+                assert Path(unquote(urlparse(url).path)).resolve().is_relative_to(root.resolve())
+        self.page.evaluate("() => Promise.all([...document.images].map(image => image.decode()))")
+        widths = self.page.eval_on_selector_all("img", "images => images.map(image => image.naturalWidth)")
+        assert all(width > 0 for width in widths)
+
+
+@pytest.mark.slow
+def test_headless_chromium_sorts_pages_and_filters_the_index_and_opens_an_image_page(browser, tmp_path):
+    """The index of 150 generated images in a real browser: 100 rows a page, sorting by a number column (against
+    the manifest, read here), filtering, and an image's page with its figures, all without errors or network.
+    Broken once on purpose (the sort comparing numbers as text): the largest drop was not first and this failed."""
+    from vitcli.cli import app
+
+    run = _benchmark().fake_run(tmp_path, 150)
+    assert CliRunner().invoke(app, ["report", str(run)]).exit_code == 0
+    visit = Visit(browser, run / "report.html")
+    page = visit.page
+    summary = page.locator("div.datatable").first
+    assert summary.locator("tbody tr").count() == 100
+    assert "rows 1-100 of 150, page 1 of 2" in summary.locator(".controls").inner_text()
+    summary.get_by_role("button", name="next").click()
+    assert summary.locator("tbody tr").count() == 50
+    manifest = json.loads((run / "manifest.json").read_text())
+    drops = {
+        entry["image"]: entry["summary"]["occlusion_largest_drop_points"]
+        for entry in manifest["results"]
+        if entry["command"] == "occlude-patches"
+    }
+    header = summary.locator("th", has_text="occlusion_largest_drop_points")
+    header.click()
+    header.click()  # descending
+    first = summary.locator("tbody tr").first.locator("td")
+    assert first.first.inner_text() == Path(max(drops, key=drops.get)).name
+    summary.locator("input").fill("image00007")
+    assert summary.locator("tbody tr").count() == 1
+    visit.check(run)
+    with page.expect_navigation():
+        summary.locator("tbody a").first.click()
+    assert page.url.endswith("/report.html") and "image00007" in page.locator("h2").first.inner_text()
+    assert page.locator("img").count() == 1
+    image_page = Visit(browser, Path(page.url.removeprefix("file://")))
+    image_page.check(run)
+    assert visit.errors == []
+
+
+@pytest.mark.slow
+def test_headless_chromium_renders_the_single_page_without_errors_or_requests(browser, run_folder, report_of):
+    report_of(run_folder, "--single-file")
+    visit = Visit(browser, run_folder / "report.html")
+    visit.check(run_folder)
+    assert visit.requests == [(run_folder / "report.html").as_uri()]  # the figures are embedded
+    assert visit.page.locator(".warning").first.inner_text().startswith("RANDOM (seed 0) WEIGHTS")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections import defaultdict
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +24,7 @@ PAGE_NAME = "report"  # RUN_DIR/report.html, and report.html in each image's res
 # already make a page browsers load slowly.
 SINGLE_FILE_IMAGES = 40
 SINGLE_FILE_FIGURE_BYTES = 50 * 2**20
+READERS, READ_AHEAD = 4, 32
 
 
 @dataclass
@@ -100,8 +104,7 @@ def write_pages(run: Run, rows: int) -> Path:
     """One page per image in its result folder (written first, one at a time), then the index linking them."""
     index = run.folder / f"{PAGE_NAME}.html"
     links: dict[str, str | None] = {}
-    for image, entries in run.by_image.items():
-        views = _views(run, entries, rows)
+    for image, views in _read_ahead(run, rows):
         folders = [path.parent for view in views for path in view.paths.values() if path.parent.is_dir()]
         if not folders:
             links[image] = None  # nothing of it inside the run folder: no page to write
@@ -130,6 +133,19 @@ def write_pages(run: Run, rows: int) -> Path:
 
 def _views(run: Run, entries: list[dict[str, Any]], rows: int) -> list:
     return [read_result(run.folder, entry, rows) for entry in entries]
+
+
+def _read_ahead(run: Run, rows: int) -> Iterator[tuple[str, list]]:
+    """Each image's results read (hashes checked, CSVs excerpted) by READERS threads, READ_AHEAD images ahead of the
+    caller: the reads overlap the writing of pages (each synced to disk by the store), and memory holds only the
+    images in flight. Only reads run in the threads; every write stays in the calling thread."""
+    items = iter(run.by_image.items())
+    with ThreadPoolExecutor(READERS) as readers:
+        pending = deque(readers.submit(_views, run, entries, rows) for _, entries in islice(items, READ_AHEAD))
+        for image in run.by_image:
+            views = pending.popleft().result()
+            pending.extend(readers.submit(_views, run, entries, rows) for _, entries in islice(items, 1))
+            yield image, views
 
 
 def _publish(folder: Path, html: str) -> Path:

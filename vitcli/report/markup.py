@@ -158,6 +158,7 @@ SCRIPT = """
       th.addEventListener("click", function () {
         state.descending = state.column === column ? !state.descending : false;
         state.column = column;
+        state.page = 0;
         head.querySelectorAll("th").forEach(function (other) { other.removeAttribute("aria-sort"); });
         th.setAttribute("aria-sort", state.descending ? "descending" : "ascending");
         order();
