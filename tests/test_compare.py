@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -224,3 +225,129 @@ def test_compare_command(cli, workdir, vit, images, model_outputs):
     assert len(refused.stderr.strip().splitlines()) == 1
     alone = cli("compare", paths[0], *RANDOM_CPU)
     assert alone.exit_code == 2 and "at least two images" in alone.stderr
+
+
+# ----- many images: per-pair detail for A~B and the pairs asked for, a heat map for all
+
+
+@pytest.fixture(scope="module")
+def thirteen(vit, images, tmp_path_factory):
+    """Thirteen images: the three above and ten generated ones (more than the terminal's 12-image matrix)."""
+    folder = tmp_path_factory.mktemp("many")
+    prepared = list(images)
+    rng = np.random.default_rng(7)
+    for number in range(10):
+        pixels = rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)
+        pixels[8:40, number : number + 24] = rng.integers(0, 256, 3)
+        Image.fromarray(pixels).save(folder / f"tiny{number}.png")
+        prepared.append(vit.prepare(folder / f"tiny{number}.png"))
+    return prepared
+
+
+def test_pairs_by_letter_number_or_all_with_a_b_first():
+    from vitcli.experiments.compare import MAX_PAIRS, parse_pairs
+
+    assert parse_pairs("C~A, 2~4", 30) == [(0, 1), (0, 2), (1, 3)]
+    assert parse_pairs("A~B,b~a", 3) == [(0, 1)]
+    assert parse_pairs("I27~A,27~30", 30) == [(0, 1), (0, 26), (26, 29)]
+    assert parse_pairs("all", 4) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    refusals = [
+        ("A-B", "is not a pair"),
+        ("A~Z", "no image 'Z' among 4 (A..D, or 1..4)"),
+        ("0~1", "no image '0'"),
+        ("C~C", "pairs an image with itself"),
+    ]
+    for text, message in refusals:
+        with pytest.raises(UsageError, match=re.escape(message)):
+            parse_pairs(text, 4)
+    with pytest.raises(UsageError, match=f"asks for 15 pairs .A~B included.; at most {MAX_PAIRS}"):
+        parse_pairs("all", 6)
+
+
+def test_only_the_pairs_asked_for_are_traced_and_match_timm(vit, thirteen):
+    """N images, two pairs: two trajectories (not N (N - 1) / 2), each equal to the block outputs of timm's own
+    forward_intermediates for that pair; the matrix still holds every pair."""
+    x = torch.stack([image.input for image in thirteen])
+    with torch.inference_mode():
+        blocks = vit.net.forward_intermediates(x, return_prefix_tokens=True, output_fmt="NLC", intermediates_only=True)
+        final = vit.net.forward_features(x)
+    result = compare_images(vit, thirteen, pairs=[(0, 1), (4, 11)])
+    assert [(pair.first, pair.second) for pair in result.pairs] == [(0, 1), (4, 11)]
+    pair = result.pairs[1]
+    for block, (_, prefix) in enumerate(blocks, start=1):
+        expected = F.cosine_similarity(prefix[4, 0], prefix[11, 0], dim=0)
+        assert pair.cls_cosine[block] == pytest.approx(float(expected), abs=1e-5)
+    matrix = torch.tensor(result.cls_cosine_matrix)
+    assert torch.allclose(matrix, F.cosine_similarity(final[:, None, 0], final[None, :, 0], dim=-1), atol=1e-6)
+    with pytest.raises(UsageError, match="pairs must name images"):
+        compare_images(vit, thirteen[:3], pairs=[(0, 3)])
+
+
+def test_the_figure_draws_a_diverging_heat_map_centred_on_zero_and_readable_legends(vit, thirteen):
+    """Issue 20, item 17. Broken once on purpose (the matrix back on viridis): the centre was not neutral and the
+    ends were not opposite hues, and this failed."""
+    import matplotlib.pyplot as plt
+
+    from vitcli.presentation import compare as view
+
+    result = compare_images(vit, thirteen, pairs=[(0, 1), (2, 3)])
+    figure = view.figure(result)
+    depth, matrix = figure.axes[0], figure.axes[1]
+    assert len(depth.lines) == 2 * len(result.pairs)  # a CLS and a mean line per detailed pair, nothing else
+    assert [text.get_text() for text in depth.get_legend().get_texts()] == [
+        "A~B CLS",
+        "A~B mean",
+        "C~D CLS",
+        "C~D mean",
+    ]
+    assert min(text.get_fontsize() for text in depth.get_legend().get_texts()) >= 9
+    heat = matrix.images[0]
+    assert np.allclose(heat.get_array(), np.array(result.cls_cosine_matrix))
+    assert heat.norm(0.0) == pytest.approx(0.5) and heat.norm(-1.0) == 0 and heat.norm(1.0) == 1
+    red, green, blue, _ = heat.cmap(0.5)
+    assert min(red, green, blue) > 0.9  # the centre, cosine 0, is near white
+    low, high = heat.cmap(0.0), heat.cmap(1.0)
+    assert low[2] > low[0] and high[0] > high[2]  # blue below zero, red above: opposite hues
+    colorbar = figure.axes[-1]
+    assert min(label.get_fontsize() for label in colorbar.get_yticklabels()) >= 9
+    assert "0: orthogonal" in colorbar.get_ylabel()
+    plt.close(figure)
+
+
+def test_the_terminal_shows_the_extreme_pairs_when_the_matrix_is_too_wide(vit, thirteen):
+    from rich.console import Console
+
+    from vitcli.presentation import compare as view
+
+    result = compare_images(vit, thirteen)
+    console = Console(record=True, width=250)
+    console.print(view.table(result))
+    text = console.export_text()
+    assert "the 5 most and least similar of 78 pairs" in text
+    matrix = np.array(result.cls_cosine_matrix)
+    firsts, seconds = np.triu_indices(13, k=1)
+    values = matrix[firsts, seconds]
+    for position in (values.argmax(), values.argmin()):
+        first, second = view.letter(int(firsts[position])), view.letter(int(seconds[position]))
+        assert f"{first}~{second}" in text and f"{values[position]:.4f}" in text
+    assert text.count("CLS cos") == 1  # the depth table: A~B alone
+
+
+def test_pairs_on_the_command_line_name_the_result_and_are_checked_before_the_model_loads(
+    cli, workdir, images, monkeypatch
+):
+    paths = [image.source.path for image in images]
+    result = cli("compare", *paths, *RANDOM_CPU, "--pairs", "B~C", "-q")
+    assert result.exit_code == 0, result.stderr
+    files = result_files(workdir / "outputs", "compare-ctop1-k5-pA-B_B-C")
+    document = json.loads(files["json"].read_text())
+    assert [(pair["first"], pair["second"]) for pair in document["result"]["pairs"]] == [("A", "B"), ("B", "C")]
+    assert document["experiment"]["settings"]["pairs"] == ["A~B", "B~C"]
+
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: pytest.fail("the model was loaded"))
+    for pairs, message in (("A~D", "no image 'D' among 3"), ("A~A", "with itself"), ("AB", "is not a pair")):
+        refused = cli("compare", *paths, *RANDOM_CPU, "--pairs", pairs)
+        assert refused.exit_code == 2 and message in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1

@@ -17,10 +17,18 @@ class CompareJob(Job):
 
     command = "compare"
 
-    def __init__(self, classes: list[str] | None = None, top_k: int = 5):
+    def __init__(self, classes: list[str] | None = None, top_k: int = 5, pairs: str | None = None):
         self.class_texts = list(classes or [])
         self.top_k = top_k
+        self.pairs_text = pairs
         self.classes: list[int] = []  # resolved against the labels by check()
+        self.pairs: list[tuple[int, int]] = [(0, 1)]  # resolved against the images by choose_pairs()
+
+    def choose_pairs(self, count: int) -> None:
+        from vitcli.experiments.compare import parse_pairs
+
+        if self.pairs_text is not None:
+            self.pairs = parse_pairs(self.pairs_text, count)
 
     def check(self, architecture: Any) -> None:
         from vitcli.classes import resolve_class
@@ -35,10 +43,18 @@ class CompareJob(Job):
 
     def name(self) -> str:
         classes = setting("c", self.classes) if self.classes else "ctop1"
-        return result_name("compare", classes, setting("k", self.top_k))
+        pairs = setting("p", [self._pair_name(pair, "-") for pair in self.pairs]) if self.pairs_text else None
+        return result_name("compare", classes, setting("k", self.top_k), pairs)
 
     def settings(self) -> dict[str, Any]:
-        return {"classes": self.classes or "top-1 of each image", "top_k": self.top_k}
+        pairs = [self._pair_name(pair, "~") for pair in self.pairs]
+        return {"classes": self.classes or "top-1 of each image", "top_k": self.top_k, "pairs": pairs}
+
+    @staticmethod
+    def _pair_name(pair: tuple[int, int], joint: str) -> str:
+        from vitcli.experiments.compare import letter
+
+        return f"{letter(pair[0])}{joint}{letter(pair[1])}"
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import compare as view
@@ -53,6 +69,7 @@ class CompareJob(Job):
         "vitcli compare examples/images/newfoundland_31.jpg examples/images/Persian_98.jpg --class 283 "
         '--class "Newfoundland dog"',
         "vitcli compare photos/ --top-k 3 --format json",
+        "vitcli compare photos/ --pairs A~C,B~D",
     ],
 )
 def compare_command(
@@ -69,18 +86,29 @@ def compare_command(
         ),
     ] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", help="Classes listed per image and readout.")] = 5,
+    pairs: Annotated[
+        str | None,
+        typer.Option(
+            "--pairs",
+            help="Pairs traced block by block besides A~B: letters or 1-based numbers joined by ~, comma-separated "
+            "(A~C,B~D or 1~3), or 'all'; at most 10 pairs. Every pair's final similarity is in the N x N matrix.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Same model, different inputs: CLS rows block by block, the classifier readout, CLS vs mean pooling, and
-    the similarity of the images' final features (two or more images)."""
+    """Same model, different inputs: CLS rows block by block (A~B and the pairs asked for), the classifier readout,
+    CLS vs mean pooling, and the similarity of every pair's final features as an N x N heat map (two or more
+    images)."""
     from vitcli.experiments.compare import compare_images
 
-    job = CompareJob(classes, top_k)
+    job = CompareJob(classes, top_k, pairs)
     context.check([job])
     paths = context.images(images)
     if len(paths) < 2:
         raise UsageError(f"compare needs at least two images, got {len(paths)}: {', '.join(map(str, paths))}")
+    job.choose_pairs(len(paths))
     model = context.model()
     prepared = [model.prepare(path) for path in paths]
-    result = compare_images(model, prepared, job.classes, top_k)
+    result = compare_images(model, prepared, job.classes, top_k, job.pairs)
     subject = {"images": [image.source.to_json() for image in prepared]}
     context.publish([(job, result, set_subject(paths), subject)], context.provenance(model))

@@ -8,6 +8,7 @@ the readout logit = w_c . h + b_c is recomputed from the head's input h and chec
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +30,48 @@ DIFFER_TOLERANCE = 1e-5
 SELF_CHECK_TOLERANCE = 1e-4  # largest |w_c . h + b_c - the model's logit| allowed
 TOP_DIMENSIONS = 10
 POOLINGS = {"token": "CLS row", "avg": "mean of the patch rows"}
+# Per-pair detail (depth trajectories, their table columns, lines and legend entries) is kept for A~B and the pairs
+# asked for, never for every pair: N images have N (N - 1) / 2 pairs. Every pair's final similarity is in the matrix.
+MAX_PAIRS = 10
+
+
+def letter(index: int) -> str:
+    """Images are called A, B, C ... in tables and figures (then I27, I28 ...)."""
+    return string.ascii_uppercase[index] if index < 26 else f"I{index + 1}"
+
+
+def parse_pairs(text: str, count: int) -> list[tuple[int, int]]:
+    """`--pairs`: comma-separated pairs of images by letter or by 1-based number (`A~C,B~D`, `1~3`, `I27~A`), or
+    `all` (up to MAX_PAIRS pairs); A~B always comes first (the summary's pair), then the pairs asked for."""
+    names = {letter(index).casefold(): index for index in range(count)}
+    if text.strip().casefold() == "all":
+        asked = [(first, second) for first in range(count) for second in range(first + 1, count)]
+    else:
+        asked = [_pair(part, names, count) for part in text.split(",")]
+    pairs = list(dict.fromkeys([(0, 1), *asked]))
+    if len(pairs) > MAX_PAIRS:
+        raise UsageError(
+            f"--pairs asks for {len(pairs)} pairs (A~B included); at most {MAX_PAIRS} get the per-pair detail, and "
+            "every pair's final similarity is in the matrix"
+        )
+    return pairs
+
+
+def _pair(part: str, names: dict[str, int], count: int) -> tuple[int, int]:
+    sides = part.strip().split("~")
+    if len(sides) != 2:
+        raise UsageError(f"--pairs {part.strip()!r} is not a pair: write two images joined by ~ (A~C or 1~3)")
+    indices = []
+    for side in sides:
+        side = side.strip()
+        index = int(side) - 1 if side.isdecimal() else names.get(side.casefold())
+        if index is None or not 0 <= index < count:
+            last = letter(count - 1)
+            raise UsageError(f"--pairs {part.strip()!r}: no image {side!r} among {count} (A..{last}, or 1..{count})")
+        indices.append(index)
+    if indices[0] == indices[1]:
+        raise UsageError(f"--pairs {part.strip()!r} pairs an image with itself")
+    return min(indices), max(indices)
 
 
 @dataclass(frozen=True)
@@ -100,7 +143,7 @@ class CompareResult:
     grid: PatchGrid
     model_pooling: str  # the model's own global_pool
     images: list[ImageComparison]
-    pairs: list[PairTrajectory]
+    pairs: list[PairTrajectory]  # A~B first, then the pairs asked for
     cls_cosine_matrix: list[list[float]]  # final normalized CLS rows, N x N
     patch_matches: PatchMatches | None  # only for exactly two images
     readout_error: float  # largest |w_c . h + b_c - model logit| over images and chosen classes
@@ -108,10 +151,14 @@ class CompareResult:
 
 
 def compare_images(
-    model: VitModel, images: list[PreparedImage], classes: Sequence[int] = (), top_k: int = 5
+    model: VitModel,
+    images: list[PreparedImage],
+    classes: Sequence[int] = (),
+    top_k: int = 5,
+    pairs: Sequence[tuple[int, int]] = ((0, 1),),
 ) -> CompareResult:
     """Compare two or more images through the same model; the readout's classes (indices, see resolve_class)
-    default to each image's top-1."""
+    default to each image's top-1; `pairs` (indices, see parse_pairs) get their trajectories through the depth."""
     net = model.net
     if len(images) < 2:
         raise UsageError("compare needs at least two images")
@@ -122,7 +169,7 @@ def compare_images(
     chosen = list(dict.fromkeys(classes))
     if any(not 0 <= index < model.num_classes for index in chosen):
         raise UsageError(f"classes must be between 0 and {model.num_classes - 1}, not {chosen}")
-    captured = _forward(model, torch.stack([image.input for image in images]))
+    captured = _forward(model, [image.input for image in images])
     logits = captured["logits"]
     if not chosen:
         chosen = list(dict.fromkeys(int(row.argmax()) for row in logits))
@@ -146,18 +193,22 @@ def compare_images(
             f"compare self-check failed: the recomputed readout differs from the model's logits by "
             f"{max(readout_error, pooling_error):.3g} (tolerance {SELF_CHECK_TOLERANCE:g})"
         )
-    pairs = [_pair(captured, first, second) for first in range(len(images)) for second in range(first + 1, len(images))]
+    if any(not 0 <= index < len(images) for pair in pairs for index in pair):
+        raise UsageError(f"pairs must name images 0..{len(images) - 1}, not {list(pairs)}")
+    trajectories = [_trajectory(captured, first, second) for first, second in pairs]
     final_cls = torch.nn.functional.normalize(captured["final"][:, 0], dim=-1)
     matches = _patch_matches(model.grid, captured["final"][0], captured["final"][1]) if len(images) == 2 else None
     return CompareResult(
-        model.spec.label, model.name, model.grid, net.global_pool, comparisons, pairs,
+        model.spec.label, model.name, model.grid, net.global_pool, comparisons, trajectories,
         (final_cls @ final_cls.T).tolist(), matches, readout_error, pooling_error,
     )  # fmt: skip
 
 
-def _forward(model: VitModel, inputs: Tensor) -> dict[str, Tensor]:
+def _forward(model: VitModel, inputs: list[Tensor]) -> dict[str, Tensor]:
     """The model's own forward, batched, with hooks: CLS rows and patch-row means at every depth, block 1's CLS query,
-    the final normalized rows, the head's input and the logits (all on the CPU, float32)."""
+    the final normalized rows, the head's input and the logits (all on the CPU, float32). Memory grows by what is
+    kept per image (its final rows, 197 x D): each chunk's inputs are stacked on their own, and what is kept of a
+    chunk's block outputs is copied out of them (a view would hold every block's rows alive)."""
     net, prefix = model.net, model.grid.num_prefix
     parts: dict[str, list[Tensor]] = {name: [] for name in ("cls", "patch_mean", "query", "final", "head_input")}
     depth_rows: list[Tensor] = []
@@ -169,7 +220,7 @@ def _forward(model: VitModel, inputs: Tensor) -> dict[str, Tensor]:
         depth_rows.append(args[0].detach().float().cpu())
 
     def query(_module, args, output):
-        parts["query"].append(output[:, 0, : net.blocks[0].attn.attn_dim].detach().float().cpu())
+        parts["query"].append(output[:, 0, : net.blocks[0].attn.attn_dim].detach().float().cpu().clone())
 
     handles = [net.blocks[0].register_forward_pre_hook(first_input)]
     handles += [block.register_forward_hook(rows) for block in net.blocks]
@@ -181,12 +232,14 @@ def _forward(model: VitModel, inputs: Tensor) -> dict[str, Tensor]:
     logits = []
     try:
         with torch.inference_mode(), full_float32():
-            for chunk in inputs.split(model.batch_size):
+            for start in range(0, len(inputs), model.batch_size):
                 depth_rows.clear()
+                chunk = torch.stack(inputs[start : start + model.batch_size])
                 logits.append(net(chunk.to(model.device)).float().cpu())
-                stacked = torch.stack(depth_rows, dim=1)  # (batch, depth + 1, tokens, D)
-                parts["cls"].append(stacked[:, :, 0])
-                parts["patch_mean"].append(stacked[:, :, prefix:].mean(2))
+                # (batch, depth + 1, D), copied by stack
+                parts["cls"].append(torch.stack([rows[:, 0] for rows in depth_rows], dim=1))
+                parts["patch_mean"].append(torch.stack([rows[:, prefix:].mean(1) for rows in depth_rows], dim=1))
+            depth_rows.clear()
     finally:
         for handle in handles:
             handle.remove()
@@ -228,7 +281,7 @@ def _ranked(model: VitModel, logits: Tensor, top_k: int) -> list[ClassScore]:
     return top_classes(logits, logits.softmax(-1), model.labels, top_k)
 
 
-def _pair(captured: dict[str, Tensor], first: int, second: int) -> PairTrajectory:
+def _trajectory(captured: dict[str, Tensor], first: int, second: int) -> PairTrajectory:
     cls_a, cls_b = captured["cls"][first], captured["cls"][second]
     mean_a, mean_b = captured["patch_mean"][first], captured["patch_mean"][second]
     cls_distance = (cls_a - cls_b).norm(dim=-1)

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import string
 from typing import Any
 
 import numpy as np
 from rich.console import Group
 from rich.table import Table
 
-from vitcli.experiments.compare import DIFFER_TOLERANCE, POOLINGS, SELF_CHECK_TOLERANCE, CompareResult, PairTrajectory
+from vitcli.experiments.compare import (
+    DIFFER_TOLERANCE,
+    POOLINGS,
+    SELF_CHECK_TOLERANCE,
+    CompareResult,
+    PairTrajectory,
+    letter,
+)
 from vitcli.render import weights_caption
 
 MATCHES_SHOWN = 8
-
-
-def letter(index: int) -> str:
-    """Images are called A, B, C ... in tables and figures (then I27, I28 ...)."""
-    return string.ascii_uppercase[index] if index < 26 else f"I{index + 1}"
+MATRIX_SHOWN = 12  # the terminal prints the cosine matrix up to this many images; beyond, its extreme pairs
+EXTREMES_SHOWN = 5
+NAMED_IN_TITLE = 5  # up to this many images the figure's title names them all, beyond only A and B
 
 
 def _pair_name(pair: PairTrajectory) -> str:
@@ -126,6 +130,8 @@ def _pooling_table(result: CompareResult, index: int) -> Table:
 
 
 def _matrix_table(result: CompareResult) -> Table:
+    if len(result.images) > MATRIX_SHOWN:
+        return _extremes_table(result)
     matrix = Table(title="cosine similarity of the final (normalized) CLS rows")
     matrix.add_column("")
     for index in range(len(result.images)):
@@ -133,6 +139,30 @@ def _matrix_table(result: CompareResult) -> Table:
     for index, line in enumerate(result.cls_cosine_matrix):
         matrix.add_row(letter(index), *(f"{value:.4f}" for value in line))
     return matrix
+
+
+def _extremes_table(result: CompareResult) -> Table:
+    """The most and the least similar pairs, when the N x N matrix is too wide for a terminal."""
+    matrix = np.array(result.cls_cosine_matrix)
+    firsts, seconds = np.triu_indices(len(matrix), k=1)
+    order = np.argsort(matrix[firsts, seconds], kind="stable")
+    shown = list(order[::-1][:EXTREMES_SHOWN]) + list(order[:EXTREMES_SHOWN][::-1])
+    extremes = Table(
+        title=f"cosine similarity of the final (normalized) CLS rows: the {EXTREMES_SHOWN} most and least similar of "
+        f"{len(firsts)} pairs",
+        caption=f"the whole {len(matrix)} x {len(matrix)} matrix is in the CSV, the JSON and the figure",
+    )
+    for column in ("pair", "first image", "second image", "cosine"):
+        extremes.add_column(column, justify="right" if column == "cosine" else "left")
+    for position in shown:
+        first, second = int(firsts[position]), int(seconds[position])
+        extremes.add_row(
+            f"{letter(first)}~{letter(second)}",
+            result.images[first].source.path.name,
+            result.images[second].source.path.name,
+            f"{matrix[first, second]:.4f}",
+        )
+    return extremes
 
 
 def _matches_table(result: CompareResult) -> Table:
@@ -261,7 +291,7 @@ def document(result: CompareResult) -> dict[str, Any]:
             }
             for index, comparison in enumerate(result.images)
         ],
-        "pairs": [{"first": letter(pair.first), "second": letter(pair.second), **vars(pair)} for pair in result.pairs],
+        "pairs": [{**vars(pair), "first": letter(pair.first), "second": letter(pair.second)} for pair in result.pairs],
         "differ_tolerance_relative_l2": DIFFER_TOLERANCE,
         "cls_cosine_matrix": result.cls_cosine_matrix,
         "patch_matches": None if result.patch_matches is None else vars(result.patch_matches),
@@ -274,54 +304,83 @@ def document(result: CompareResult) -> dict[str, Any]:
 
 
 def figure(result: CompareResult) -> Any:
-    """CLS cosine through the depth, the N x N cosine matrix, and for two images the best-match maps."""
-    from matplotlib.ticker import AutoLocator, MaxNLocator
+    """CLS cosine through the depth for the detailed pairs, the N x N cosine heat map (a diverging map centred on 0:
+    cosines run from -1 to 1), and for two images the best-match maps."""
+    from matplotlib.ticker import MaxNLocator
 
     from vitcli import figures
 
     two = result.patch_matches is not None
-    fig, panels = figures.figure(4 if two else 2, size=4.2)
-    depth_panel, matrix_panel = panels[0], panels[1]
-    depth_panel.xaxis.set_major_locator(MaxNLocator(integer=True))
-    depth_panel.yaxis.set_major_locator(AutoLocator())
-    depth_panel.grid(alpha=0.3)
-    for pair in result.pairs:
-        line = depth_panel.plot(pair.cls_cosine, marker="o", markersize=3, label=f"{_pair_name(pair)} CLS")[0]
-        depth_panel.plot(
-            pair.patch_mean_cosine, linestyle="--", color=line.get_color(), label=f"{_pair_name(pair)} mean"
-        )
-    depth_panel.set_xlabel("block (0 = rows entering block 1)")
-    depth_panel.set_ylabel("cosine similarity between images")
-    depth_panel.legend(fontsize=7)
-    count = len(result.images)
-    image = matrix_panel.imshow(np.array(result.cls_cosine_matrix), cmap="viridis", vmin=-1, vmax=1)
-    matrix_panel.set_xticks(range(count), [letter(index) for index in range(count)])
-    matrix_panel.set_yticks(range(count), [letter(index) for index in range(count)])
-    if count <= 10:
-        for row in range(count):
-            for col in range(count):
-                value = result.cls_cosine_matrix[row][col]
-                color = "black" if value > 0.3 else "white"  # readable on viridis' yellow and on its purple
-                matrix_panel.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=8, color=color)
-    matrix_panel.set_title("final CLS rows: cosine", fontsize=9)
-    fig.colorbar(image, ax=matrix_panel, shrink=0.7)
+    fig, panels = figures.figure(4 if two else 2, size=4.8)
+    _depth_panel(panels[0], result)
+    _matrix_panel(fig, panels[1], result)
     if two:
         grid, matches = result.grid, result.patch_matches
         best = np.array(matches.best_cosine).reshape(grid.rows, grid.cols)
         mappable = figures.overlay(panels[2], result.images[0].crop, best, "magma", float(best.min()), 1.0)
         figures.draw_grid(panels[2], grid)
-        panels[2].set_title("A: cosine of each patch's best match in B", fontsize=9)
-        fig.colorbar(mappable, ax=panels[2], shrink=0.7)
+        panels[2].set_title("A: cosine of each patch's best match in B", fontsize=10)
+        fig.colorbar(mappable, ax=panels[2], shrink=0.7).ax.tick_params(labelsize=9)
         counts = np.bincount(np.array(matches.best_match) - 1, minlength=grid.num_patches).reshape(grid.rows, grid.cols)
         mappable = figures.overlay(
             panels[3], result.images[1].crop, counts, "viridis", 0.0, float(max(counts.max(), 1))
         )
         figures.draw_grid(panels[3], grid)
-        panels[3].set_title("B: how many patches of A pick each patch", fontsize=9)
-        fig.colorbar(mappable, ax=panels[3], shrink=0.7)
-    names = ", ".join(f"{letter(index)} = {c.source.path.name}" for index, c in enumerate(result.images))
-    figures.title(fig, f"{result.model_name}: {names}", result.weights)
+        panels[3].set_title("B: how many patches of A pick each patch", fontsize=10)
+        colorbar = fig.colorbar(mappable, ax=panels[3], shrink=0.7)
+        colorbar.ax.tick_params(labelsize=9)
+        colorbar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    count = len(result.images)
+    shown = result.images if count <= NAMED_IN_TITLE else result.images[:2]
+    named = ", ".join(f"{letter(index)} = {c.source.path.name}" for index, c in enumerate(shown))
+    more = f", ... {count} images (all named in the CSV and JSON)" if len(shown) < count else ""
+    figures.title(fig, f"{result.model_name}: {named}{more}", result.weights)
     return fig
+
+
+def _depth_panel(panel: Any, result: CompareResult) -> None:
+    """The detailed pairs' cosines block by block: a line each for the CLS rows and the mean patch rows."""
+    from matplotlib.ticker import AutoLocator, MaxNLocator
+
+    panel.xaxis.set_major_locator(MaxNLocator(integer=True))
+    panel.yaxis.set_major_locator(AutoLocator())
+    panel.tick_params(labelsize=9)
+    panel.grid(alpha=0.3)
+    for pair in result.pairs:
+        line = panel.plot(pair.cls_cosine, marker="o", markersize=3, label=f"{_pair_name(pair)} CLS")[0]
+        panel.plot(pair.patch_mean_cosine, linestyle="--", color=line.get_color(), label=f"{_pair_name(pair)} mean")
+    panel.set_xlabel("block (0 = rows entering block 1)", fontsize=10)
+    panel.set_ylabel("cosine similarity between images", fontsize=10)
+    panel.set_title("through the depth: CLS rows (solid), mean patch rows (dashed)", fontsize=10)
+    panel.legend(fontsize=9, ncols=2 if len(result.pairs) > 3 else 1)
+
+
+def _matrix_panel(fig: Any, panel: Any, result: CompareResult) -> None:
+    """The N x N heat map: every pair's final similarity, however many images (letters on the axes up to 30)."""
+    from matplotlib.ticker import MaxNLocator
+
+    count = len(result.images)
+    matrix = np.array(result.cls_cosine_matrix)
+    image = panel.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    if count <= 30:
+        panel.set_xticks(range(count), [letter(index) for index in range(count)])
+        panel.set_yticks(range(count), [letter(index) for index in range(count)])
+    else:  # image numbers (1-based, as --pairs takes them) at readable intervals
+        for axis in (panel.xaxis, panel.yaxis):
+            axis.set_major_locator(MaxNLocator(nbins=8, integer=True))
+            axis.set_major_formatter(lambda value, _: f"{int(value) + 1}")
+        panel.set_xlabel("image number", fontsize=10)
+    panel.tick_params(labelsize=9 if count <= 16 else 7)
+    if count <= 10:
+        for row in range(count):
+            for col in range(count):
+                value = matrix[row, col]
+                color = "white" if abs(value) > 0.6 else "black"  # readable on the map's dark ends and pale middle
+                panel.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=9, color=color)
+    panel.set_title(f"final CLS rows: cosine, {count} x {count}", fontsize=10)
+    colorbar = fig.colorbar(image, ax=panel, shrink=0.7, ticks=[-1, -0.5, 0, 0.5, 1])
+    colorbar.set_label("cosine (0: orthogonal)", fontsize=10)
+    colorbar.ax.tick_params(labelsize=9)
 
 
 def summary(result: CompareResult) -> dict[str, Any]:
