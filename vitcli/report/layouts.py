@@ -142,10 +142,14 @@ def _read_ahead(run: Run, rows: int) -> Iterator[tuple[str, list]]:
     items = iter(run.by_image.items())
     with ThreadPoolExecutor(READERS) as readers:
         pending = deque(readers.submit(_views, run, entries, rows) for _, entries in islice(items, READ_AHEAD))
-        for image in run.by_image:
-            views = pending.popleft().result()
-            pending.extend(readers.submit(_views, run, entries, rows) for _, entries in islice(items, 1))
-            yield image, views
+        try:
+            for image in run.by_image:
+                views = pending.popleft().result()
+                pending.extend(readers.submit(_views, run, entries, rows) for _, entries in islice(items, 1))
+                yield image, views
+        finally:  # interrupted (SIGINT, SIGTERM, an error): reads not yet started are dropped, not waited for
+            for future in pending:
+                future.cancel()
 
 
 def _publish(folder: Path, html: str) -> Path:
