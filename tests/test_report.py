@@ -485,3 +485,33 @@ def test_headless_chromium_renders_the_single_page_without_errors_or_requests(br
     visit.check(run_folder)
     assert visit.requests == [(run_folder / "report.html").as_uri()]  # the figures are embedded
     assert visit.page.locator(".warning").first.inner_text().startswith("RANDOM (seed 0) WEIGHTS")
+
+
+def test_the_index_of_10000_images_with_45_number_columns_stays_under_5_mb():
+    """The summary's share of the index, at the issue's bound: 10,000 images, 9 experiments of 5 headline numbers
+    each. Broken once on purpose (the table's JSON keeping full float precision): 9.1 MB, and this failed. The
+    numbers keep 6 significant digits (the page shows 4; summary.csv keeps all), checked against the values."""
+    import numpy as np
+
+    from vitcli.batch.manifest import Manifest, summary_frame
+    from vitcli.report.sections import summary_section
+
+    rng = np.random.default_rng(0)
+    results = [
+        {
+            "image": f"/photos/sweep/image{number:05d}.jpg", "image_sha256": "0" * 64, "command": f"exp{experiment}",
+            "experiment": f"exp{experiment}", "summary": {
+                f"exp{experiment}_{name}": float(value) for name, value in enumerate(rng.normal(0, 10, 5))
+            },
+        }
+        for number in range(10_000)
+        for experiment in range(9)
+    ]  # fmt: skip
+    frame = summary_frame(results)
+    links = {image: f"model/{Path(image).stem}-0123abcd/report.html" for image in frame["image"]}
+    text = summary_section(frame, links, True, Manifest("sweep", "identity", {}, {}, None))
+    assert len(text.encode("utf-8")) < 5e6
+    data = summary_data(text)
+    assert len(data["rows"]) == 10_000 and len(data["columns"]) == 1 + 9 * 5
+    expected = frame.drop(columns=["image", "image_sha256"]).to_numpy()
+    assert np.allclose(np.array([row[1:] for row in data["rows"]], dtype=float), expected, rtol=5e-6, atol=0)
