@@ -441,9 +441,10 @@ class Visit:
 
 @pytest.mark.slow
 def test_headless_chromium_sorts_pages_and_filters_the_index_and_opens_an_image_page(browser, tmp_path):
-    """The index of 150 generated images in a real browser: 100 rows a page, sorting by a number column (against
-    the manifest, read here), filtering, and an image's page with its figures, all without errors or network.
-    Broken once on purpose (the sort comparing numbers as text): the largest drop was not first and this failed."""
+    """The index of 150 generated images in a real browser: 100 rows a page, sorting by a number column both ways
+    (against the manifest, read here), filtering, and an image's page with its figures, all without errors or
+    network. Broken once on purpose (the sort comparing numbers as text): the largest difference was not first and this
+    failed."""
     from vitcli.cli import app
 
     run = _benchmark().fake_run(tmp_path, 150)
@@ -456,16 +457,18 @@ def test_headless_chromium_sorts_pages_and_filters_the_index_and_opens_an_image_
     summary.get_by_role("button", name="next").click()
     assert summary.locator("tbody tr").count() == 50
     manifest = json.loads((run / "manifest.json").read_text())
-    drops = {
-        entry["image"]: entry["summary"]["occlusion_largest_drop_points"]
+    # Numbers from 1e-8 to 1e-6: as text, "9.6e-8" would sort above "6.4e-7".
+    differences = {
+        entry["image"]: entry["summary"]["patches_projection_max_difference"]
         for entry in manifest["results"]
-        if entry["command"] == "occlude-patches"
+        if entry["command"] == "patches"
     }
-    header = summary.locator("th", has_text="occlusion_largest_drop_points")
+    header = summary.locator("th", has_text="patches_projection_max_difference")
     header.click()
+    first = summary.locator("tbody tr").first.locator("td").first
+    assert first.inner_text() == Path(min(differences, key=differences.get)).name
     header.click()  # descending
-    first = summary.locator("tbody tr").first.locator("td")
-    assert first.first.inner_text() == Path(max(drops, key=drops.get)).name
+    assert first.inner_text() == Path(max(differences, key=differences.get)).name
     summary.locator("input").fill("image00007")
     assert summary.locator("tbody tr").count() == 1
     visit.check(run)
