@@ -8,9 +8,9 @@ shards and the merge job that the first shard submits, and compares the merged r
 same config in one process. It needs root and the Slurm binaries: without them it skips, unless
 VITCLI_REQUIRE_SLURM=1 (set by .ci/run), where it fails.
 
-Broken on purpose to watch it fail: with the script's `--shard` pinned to 1/1 both tasks compute every image and
-the cluster part passes, but with `"$@"` dropped (no --weights random reaches the shards) the merge refuses runs of
-different weights and the test fails naming the merge job's log.
+Broken on purpose to watch it fail: with `"$@"` dropped from the script's `vitcli run` line (so --weights random does
+not reach the shards), both shards fail offline and the merge job is cancelled; the test fails with the job states
+and each job's log ("no weights for vit_tiny_patch16_224...").
 """
 
 from __future__ import annotations
@@ -146,11 +146,11 @@ def start_cluster(root: Path, env: dict[str, str], daemons: list[subprocess.Pope
     conf = root / "slurm.conf"
     conf.write_text(SLURM_CONF.format(root=root, ctld_port=free_port(), slurmd_port=free_port()))
     env["SLURM_CONF"] = str(conf)
-    logs = [root / "log" / name for name in ("munged.log", "slurmctld.log", "slurmd.log", "daemons.out")]
+    logs = [root / "log" / name for name in ("slurmctld.log", "slurmd.log", "daemons.out")]  # munged -F: stderr
     cluster = Cluster(root, env, logs)
     commands = [
         ["munged", "--foreground", "--force", f"--key-file={key}", f"--socket={munge}/munge.socket",
-         f"--pid-file={munge}/munged.pid", f"--seed-file={munge}/munged.seed", f"--log-file={logs[0]}"],
+         f"--pid-file={munge}/munged.pid", f"--seed-file={munge}/munged.seed"],
         ["slurmctld", "-D", "-i", "-f", str(conf)],
         ["slurmd", "-D", "-N", "localhost", "-f", str(conf)],
     ]  # fmt: skip
