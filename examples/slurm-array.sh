@@ -41,9 +41,13 @@ run=$out/${NAME:-sweep}
 vitcli=${VITCLI:-.venv/bin/vitcli}
 
 # Shard K of N from the task's place in the array; only a contiguous array (--array=1-4, 0-9) numbers them all.
-first=${SLURM_ARRAY_TASK_MIN:?run it as an array job: sbatch --array=1-N examples/slurm-array.sh ...}
+if [[ -z ${SLURM_ARRAY_TASK_ID:-} ]]; then
+    echo "not an array task: submit it with sbatch (--array=1-N, or the #SBATCH line's 1-4)" >&2
+    exit 2
+fi
+first=$SLURM_ARRAY_TASK_MIN
 count=$((SLURM_ARRAY_TASK_MAX - first + 1))
-if [[ ${SLURM_ARRAY_TASK_COUNT} != "$count" ]]; then
+if [[ $SLURM_ARRAY_TASK_COUNT != "$count" ]]; then
     echo "--array must be a range without gaps or steps (like 1-4), not $SLURM_ARRAY_TASK_COUNT tasks from" \
         "$first to $SLURM_ARRAY_TASK_MAX" >&2
     exit 2
@@ -51,9 +55,9 @@ fi
 shard=$((SLURM_ARRAY_TASK_ID - first + 1))
 
 # The first task submits the merge-and-report job once. afterok: it runs when every shard has ended with exit 0. A
-# shard that fails (exit 1: some images failed, listed in its manifest-shardKofN.json; or a timeout) cancels it:
+# shard that fails (exit 1: some images failed, listed in its shard manifest; or a time-out) cancels it:
 # read that shard's log, then resubmit the array (finished results are skipped) or merge and report by hand.
-if [[ ${SLURM_ARRAY_TASK_ID} == "$first" ]]; then
+if [[ $SLURM_ARRAY_TASK_ID == "$first" ]]; then
     if ! sbatch --dependency="afterok:${SLURM_ARRAY_JOB_ID}" --kill-on-invalid-dep=yes \
         --job-name=vitcli-sweep-merge --time=00:30:00 --output=vitcli-sweep-merge-%j.log \
         --wrap="$(printf '%q merge %q && %q report %q' "$vitcli" "$run" "$vitcli" "$run")"; then
@@ -61,7 +65,7 @@ if [[ ${SLURM_ARRAY_TASK_ID} == "$first" ]]; then
     fi
 fi
 
-# This task's share: manifest-shardKofN.json and summary-shardKofN.csv in the shared output folder. exec: vitcli
+# This task's share, recorded beside the other shards' in the shared run folder. exec: vitcli
 # itself gets Slurm's signals (scancel, the time limit), saves what it finished and exits, so resubmitting the array
 # resumes each shard where it stopped; and no child of this shell outlives a cancelled job (proctrack/linuxproc).
 exec "$vitcli" run "$config" "$photos" -o "$out" --device "${DEVICE:-cuda}" -q --shard "$shard/$count" "$@"
