@@ -34,12 +34,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "slurm-array.sh"
 VITCLI = shutil.which("vitcli", path=str(Path(sys.executable).parent)) or "vitcli"
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
+PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 JOBS_TIMEOUT_S = 1800  # both shards and the merge: about 1.5 minutes on a quiet 2-core machine, far more when shared
 
 
 def missing_requirement() -> str | None:
-    absent = [name for name in DAEMONS if shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin") is None]
+    absent = [name for name in PROGRAMS if shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin") is None]
     if absent:
         return f"Slurm is not installed ({', '.join(absent)} not found): apt-get install slurm-wlm munge"
     if os.geteuid() != 0:
@@ -47,10 +47,16 @@ def missing_requirement() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """Ports free on localhost now, all different (each held open until all are chosen)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -144,7 +150,8 @@ def start_cluster(root: Path, env: dict[str, str], daemons: list[subprocess.Pope
     key.chmod(0o600)
     (root / "plugstack.conf").write_text("")  # not /etc/slurm's: nothing outside this folder
     conf = root / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(root=root, ctld_port=free_port(), slurmd_port=free_port()))
+    ctld_port, slurmd_port = free_ports(2)
+    conf.write_text(SLURM_CONF.format(root=root, ctld_port=ctld_port, slurmd_port=slurmd_port))
     env["SLURM_CONF"] = str(conf)
     logs = [root / "log" / name for name in ("slurmctld.log", "slurmd.log", "daemons.out")]  # munged -F: stderr
     cluster = Cluster(root, env, logs)
