@@ -71,9 +71,15 @@ class Cluster:
     logs: list[Path]
 
     def query(
-        self, *args: str, cwd: Path | None = None, timeout: float = 60, **env: str
+        self, *args: str, cwd: Path | None = None, timeout: float = 120, **env: str
     ) -> subprocess.CompletedProcess:
-        return subprocess.run(args, capture_output=True, text=True, env={**self.env, **env}, cwd=cwd, timeout=timeout)
+        """Run a program in the cluster's environment; one that does not answer in time counts as exit 124."""
+        try:
+            return subprocess.run(
+                args, capture_output=True, text=True, env={**self.env, **env}, cwd=cwd, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, 124, "", f"no answer within {timeout:.0f} s")
 
     def command(self, *args: str, cwd: Path | None = None, **env: str) -> str:
         done = self.query(*args, cwd=cwd, **env)
@@ -141,8 +147,8 @@ def wait_for(condition, timeout: float, what: str, cluster: Cluster, *logs: Path
         time.sleep(1)
 
 
-def start_cluster(root: Path, env: dict[str, str], daemons: list[subprocess.Popen]) -> Cluster:
-    """munged, slurmctld and slurmd in the foreground (-F, -D), appended to `daemons` as they start."""
+def configure_cluster(root: Path, env: dict[str, str]) -> Cluster:
+    """A munge key, slurm.conf (free ports) and the state, spool and log folders under `root`."""
     for folder in ("state", "spool", "log"):
         (root / folder).mkdir()
     munge = root / "munge"
@@ -154,18 +160,23 @@ def start_cluster(root: Path, env: dict[str, str], daemons: list[subprocess.Pope
     conf = root / "slurm.conf"
     ctld_port, slurmd_port = free_ports(2)
     conf.write_text(SLURM_CONF.format(root=root, ctld_port=ctld_port, slurmd_port=slurmd_port))
-    env["SLURM_CONF"] = str(conf)
     logs = [root / "log" / name for name in ("slurmctld.log", "slurmd.log", "daemons.out")]  # munged -F: stderr
-    cluster = Cluster(root, env, logs)
+    return Cluster(root, {**env, "SLURM_CONF": str(conf)}, logs)
+
+
+def start_daemons(cluster: Cluster, daemons: list[subprocess.Popen]) -> None:
+    """munged, slurmctld and slurmd in the foreground (-F, -D), appended to `daemons` as they start; then wait until
+    the node is idle."""
+    munge, conf = cluster.root / "munge", cluster.env["SLURM_CONF"]
     commands = [
-        ["munged", "--foreground", "--force", f"--key-file={key}", f"--socket={munge}/munge.socket",
+        ["munged", "--foreground", "--force", f"--key-file={munge}/munge.key", f"--socket={munge}/munge.socket",
          f"--pid-file={munge}/munged.pid", f"--seed-file={munge}/munged.seed"],
-        ["slurmctld", "-D", "-i", "-f", str(conf)],
-        ["slurmd", "-D", "-N", "localhost", "-f", str(conf)],
+        ["slurmctld", "-D", "-i", "-f", conf],
+        ["slurmd", "-D", "-N", "localhost", "-f", conf],
     ]  # fmt: skip
-    with logs[-1].open("w") as output:
+    with cluster.logs[-1].open("w") as output:
         for command in commands:
-            daemons.append(subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT))
+            daemons.append(subprocess.Popen(command, env=cluster.env, stdout=output, stderr=subprocess.STDOUT))
             if command[0] == "munged":
                 wait_for((munge / "munge.socket").exists, 30, "munged did not create its socket", cluster)
 
@@ -173,13 +184,12 @@ def start_cluster(root: Path, env: dict[str, str], daemons: list[subprocess.Pope
         return cluster.output_of("sinfo", "-h", "-o", "%T") == "idle"
 
     wait_for(node_idle, 60, "the node did not come up idle", cluster)
-    return cluster
 
 
-def stop_cluster(cluster: Cluster | None, daemons: list[subprocess.Popen]) -> None:
+def stop_cluster(cluster: Cluster, daemons: list[subprocess.Popen]) -> None:
     """Cancel every job, stop the daemons (newest first), then end any job process that outlived them: each carries
     this cluster's SLURM_CONF in its environment, so only this test's processes match."""
-    if cluster is not None:
+    if len(daemons) == 3:
         cluster.query("scancel", "--full", "--partition=debug")
         deadline = time.monotonic() + 60
         while cluster.output_of("squeue", "-h") and time.monotonic() < deadline:
@@ -191,9 +201,8 @@ def stop_cluster(cluster: Cluster | None, daemons: list[subprocess.Popen]) -> No
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait(timeout=30)
-    if cluster is not None:
-        for pid in processes_with(f"SLURM_CONF={cluster.env['SLURM_CONF']}"):
-            os.kill(pid, signal.SIGKILL)
+    for pid in processes_with(f"SLURM_CONF={cluster.env['SLURM_CONF']}"):
+        os.kill(pid, signal.SIGKILL)
 
 
 def processes_with(variable: str) -> list[int]:
@@ -219,11 +228,10 @@ def cluster(tmp_path_factory):
     # The jobs inherit this environment (sbatch's default --export=ALL): this tree's vitcli, offline, no outer Slurm.
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "SBATCH_", "SALLOC_"))}
     env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", PATH=env.get("PATH", "") + ":/usr/sbin")
+    cluster = configure_cluster(tmp_path_factory.mktemp("slurm"), env)  # short: the munge socket's path fits 108 bytes
     daemons: list[subprocess.Popen] = []
-    cluster = None
     try:
-        # A short folder name: the munge socket's path must fit in 108 bytes.
-        cluster = start_cluster(tmp_path_factory.mktemp("slurm"), env, daemons)
+        start_daemons(cluster, daemons)
         yield cluster
     finally:
         stop_cluster(cluster, daemons)
