@@ -1,0 +1,183 @@
+"""Ablation: remove one head (or one whole attention or MLP sublayer) at a time and measure the target's change.
+
+A head is ablated at its slice of the input of attn.proj (blocks.B.attn.hook_z), a sublayer at what it adds to the
+residual (blocks.B.hook_attn_out / hook_mlp_out, layer scale included). The replacement is 0 (`zero`), the mean of
+that activation over the reference images, token by token (`mean`), or its value on one reference image
+(`resample`). All ablations of one image run as batched forwards, one row per ablation: the rows entering the
+earliest ablated block of a batch are the clean image's (kept from one clean forward), so a batch only runs the
+blocks from there on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from vitcli.experiments.components import caching, head_site, hooks, sublayer_site
+from vitcli.experiments.occlusion import ClassProbability
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel
+
+HEAD, ATTENTION, MLP = "head", "attn", "mlp"
+ZERO, MEAN, RESAMPLE = "zero", "mean", "resample"
+MODES = (ZERO, MEAN, RESAMPLE)
+
+
+@dataclass(frozen=True, order=True)
+class Ablation:
+    block: int  # one-based
+    site: str  # HEAD, ATTENTION or MLP
+    head: int | None = None  # one-based, for HEAD
+
+    @property
+    def label(self) -> str:
+        """How the options spell it: 4.2 (block 4, head 2), 4.attn, 4.mlp."""
+        return f"{self.block}.{self.head if self.site == HEAD else self.site}"
+
+    @property
+    def hook_site(self) -> str:
+        return head_site(self.block) if self.site == HEAD else sublayer_site(self.block, self.site)
+
+
+@dataclass(frozen=True)
+class AblationOutcome:
+    ablation: Ablation
+    target_logit: float
+    logit_change: float  # ablated - clean
+    target_probability: float
+    probability_change: float  # ablated - clean
+    top1: ClassProbability  # of the ablated forward
+    top1_changed: bool
+
+
+@dataclass
+class AblationResult:
+    source: ImageSource
+    weights_label: str
+    mode: str
+    reference: str  # what the replacements came from, in words
+    depth: int
+    num_heads: int
+    target: ClassProbability  # clean probability
+    clean_logit: float
+    clean_top1: ClassProbability
+    outcomes: list[AblationOutcome]
+
+
+class Replacements:
+    """What an ablated activation becomes, per site: zeros, or (tokens, ...) values from the reference images."""
+
+    def __init__(self, mode: str, values: dict[str, Tensor] | None = None, description: str = "0"):
+        self.mode = mode
+        self.values = values or {}
+        self.description = description
+
+    def value(self, ablation: Ablation, like: Tensor) -> Tensor:
+        """The replacement of one row (tokens, ...) of the activation `like` (batch, tokens, ...)."""
+        if self.mode == ZERO:
+            return torch.zeros_like(like[0, :, ablation.head - 1] if ablation.site == HEAD else like[0])
+        stored = self.values[ablation.hook_site].to(like.device, like.dtype)
+        return stored[:, ablation.head - 1] if ablation.site == HEAD else stored
+
+
+def reference_replacements(
+    model: VitModel, mode: str, ablations: Sequence[Ablation], paths: Sequence[Path], skip: Path | None = None
+) -> Replacements:
+    """Mean over `paths` (mode mean), or the value on the first of `paths` that is not `skip` (mode resample: the
+    image itself only when it is the sole reference), at every site the ablations touch."""
+    if mode == ZERO:
+        return Replacements(ZERO)
+    if mode == RESAMPLE:
+        others = [path for path in paths if skip is None or path.resolve() != skip.resolve()]
+        paths = (others or list(paths))[:1]
+    sites = sorted({ablation.hook_site for ablation in ablations})
+    totals: dict[str, Tensor] = {}
+    for start in range(0, len(paths), model.batch_size):
+        inputs = torch.stack([model.prepare(path).input for path in paths[start : start + model.batch_size]])
+        with torch.inference_mode(), caching(model.net, sites) as cache:
+            model.net(inputs.to(model.device))
+        for site in sites:
+            total = cache[site].double().sum(dim=0).cpu()
+            totals[site] = total if site not in totals else totals[site] + total
+    described = f"{MEAN} over {len(paths)} reference images" if mode == MEAN else f"{RESAMPLE} from {paths[0]}"
+    return Replacements(mode, {site: total / len(paths) for site, total in totals.items()}, described)
+
+
+def ablate(
+    model: VitModel,
+    prepared: PreparedImage,
+    ablations: Sequence[Ablation],
+    replacements: Replacements,
+    target: int | None,
+    on_progress: Callable[[int], None] = lambda _count: None,
+) -> AblationResult:
+    """Every ablation of one image, in batches of the model's batch size, against its clean forward."""
+    net = model.net
+    resid_sites = [f"blocks.{b}.hook_resid_pre" for b in range(1, model.depth + 1)]
+    with torch.inference_mode(), caching(net, resid_sites) as cache:
+        clean = net(prepared.input[None].to(model.device))[0].float().cpu()
+    clean_probabilities = clean.softmax(dim=-1)
+    target = int(clean.argmax()) if target is None else target
+    clean_top1 = int(clean.argmax())
+    ordered = sorted(ablations)
+    outcomes: dict[Ablation, AblationOutcome] = {}
+    for start in range(0, len(ordered), model.batch_size):
+        chunk = ordered[start : start + model.batch_size]
+        logits = _ablated_logits(model, cache, chunk, replacements)
+        probabilities = logits.softmax(dim=-1)
+        for row, ablation in enumerate(chunk):
+            top = int(logits[row].argmax())
+            outcomes[ablation] = AblationOutcome(
+                ablation,
+                float(logits[row, target]),
+                float(logits[row, target] - clean[target]),
+                float(probabilities[row, target]),
+                float(probabilities[row, target] - clean_probabilities[target]),
+                ClassProbability(top, model.labels[top], float(probabilities[row, top])),
+                top != clean_top1,
+            )
+        on_progress(len(chunk))
+    return AblationResult(
+        prepared.source,
+        model.spec.label,
+        replacements.mode,
+        replacements.description,
+        model.depth,
+        model.num_heads,
+        ClassProbability(target, model.labels[target], float(clean_probabilities[target])),
+        float(clean[target]),
+        ClassProbability(clean_top1, model.labels[clean_top1], float(clean_probabilities[clean_top1])),
+        [outcomes[ablation] for ablation in ablations],
+    )
+
+
+def _ablated_logits(
+    model: VitModel, clean_rows: dict[str, Tensor], chunk: Sequence[Ablation], replacements: Replacements
+) -> Tensor:
+    """(len(chunk), classes): row i with chunk[i] ablated, run from the clean rows entering the first ablated block."""
+    net = model.net
+    first = min(ablation.block for ablation in chunk)
+    rows = clean_rows[f"blocks.{first}.hook_resid_pre"].expand(len(chunk), -1, -1)
+    by_site: dict[str, list[tuple[int, Ablation]]] = {}
+    for row, ablation in enumerate(chunk):
+        by_site.setdefault(ablation.hook_site, []).append((row, ablation))
+
+    def replacer(rows_and_ablations: list[tuple[int, Ablation]]) -> Callable[[Tensor], Tensor]:
+        def replace(activation: Tensor) -> Tensor:
+            activation = activation.clone()
+            for row, ablation in rows_and_ablations:
+                value = replacements.value(ablation, activation)
+                if ablation.site == HEAD:
+                    activation[row, :, ablation.head - 1] = value
+                else:
+                    activation[row] = value
+            return activation
+
+        return replace
+
+    with torch.inference_mode(), hooks(net, {site: replacer(items) for site, items in by_site.items()}):
+        return net.forward_head(net.norm(net.blocks[first - 1 :](rows))).float().cpu()
