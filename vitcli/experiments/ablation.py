@@ -84,16 +84,19 @@ class Replacements:
         return stored[:, ablation.head - 1] if ablation.site == HEAD else stored
 
 
+def resample_source(references: Sequence[Path], image: Path) -> Path:
+    """The reference image a resampled ablation takes its values from: the first that is not `image` itself (the
+    image itself only when it is the sole reference)."""
+    others = [path for path in references if path.resolve() != image.resolve()]
+    return (others or list(references))[0]
+
+
 def reference_replacements(
-    model: VitModel, mode: str, ablations: Sequence[Ablation], paths: Sequence[Path], skip: Path | None = None
+    model: VitModel, mode: str, ablations: Sequence[Ablation], paths: Sequence[Path]
 ) -> Replacements:
-    """Mean over `paths` (mode mean), or the value on the first of `paths` that is not `skip` (mode resample: the
-    image itself only when it is the sole reference), at every site the ablations touch."""
+    """Zeros, or the mean over `paths` (for resample: one path) of every site the ablations touch, token by token."""
     if mode == ZERO:
         return Replacements(ZERO)
-    if mode == RESAMPLE:
-        others = [path for path in paths if skip is None or path.resolve() != skip.resolve()]
-        paths = (others or list(paths))[:1]
     sites = sorted({ablation.hook_site for ablation in ablations})
     totals: dict[str, Tensor] = {}
     for start in range(0, len(paths), model.batch_size):
@@ -181,3 +184,44 @@ def _ablated_logits(
 
     with torch.inference_mode(), hooks(net, {site: replacer(items) for site, items in by_site.items()}):
         return net.forward_head(net.norm(net.blocks[first - 1 :](rows))).float().cpu()
+
+
+@dataclass(frozen=True)
+class AblationSpread:
+    """One ablation over several images (each with its own target)."""
+
+    ablation: Ablation
+    images: int
+    mean_logit_change: float
+    mean_probability_change: float
+    top1_changed_fraction: float
+
+
+@dataclass
+class AblationSpreads:
+    weights_label: str
+    mode: str
+    reference: str
+    depth: int
+    num_heads: int
+    spreads: list[AblationSpread]
+
+
+def ablation_spread(results: Sequence[AblationResult]) -> AblationSpreads:
+    """Per ablation, the mean change of each image's target and the fraction of images whose top-1 changed."""
+    first = results[0]
+    spreads = []
+    for index, ablation in enumerate(outcome.ablation for outcome in first.outcomes):
+        outcomes = [result.outcomes[index] for result in results]
+        spreads.append(
+            AblationSpread(
+                ablation,
+                len(outcomes),
+                sum(outcome.logit_change for outcome in outcomes) / len(outcomes),
+                sum(outcome.probability_change for outcome in outcomes) / len(outcomes),
+                sum(outcome.top1_changed for outcome in outcomes) / len(outcomes),
+            )
+        )
+    references = sorted({result.reference for result in results})
+    reference = references[0] if len(references) == 1 else f"{first.mode}: a reference image per image"
+    return AblationSpreads(first.weights_label, first.mode, reference, first.depth, first.num_heads, spreads)

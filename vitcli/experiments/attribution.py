@@ -22,6 +22,7 @@ from vitcli.errors import VitcliError
 from vitcli.experiments.components import caching
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.experiments.readout import LinearReadout, linear_readout
+from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel, explicit_attention
 
@@ -52,8 +53,12 @@ class AttributionResult:
     block_terms: list[Term]  # embedding, then attention and MLP of every block (for the bar chart)
     head_terms: np.ndarray  # (blocks, heads) per-head terms (for the heat map)
     bias_terms: np.ndarray  # (blocks,) the attention bias term of each block
-    token_names: tuple[str, ...]  # the name of every token (CLS, P1, ...)
+    grid: PatchGrid  # the tokens' names and the patches' places
     crop: np.ndarray  # (H, W, 3) uint8, for the --by token figure
+
+    @property
+    def token_names(self) -> tuple[str, ...]:
+        return tuple(self.grid.token_name(token) for token in range(self.grid.num_tokens))
 
     @property
     def reconstruction(self) -> float:
@@ -106,7 +111,7 @@ def attribute(
         block_terms,
         head_terms,
         bias_terms,
-        tuple(model.grid.token_name(token) for token in range(model.grid.num_tokens)),
+        model.grid,
         prepared.crop_uint8(),
     )
     if not result.difference <= RECONSTRUCTION_TOLERANCE:

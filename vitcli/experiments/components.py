@@ -27,6 +27,8 @@ from typing import Any
 from timm.models.vision_transformer import Block
 from torch import Tensor, nn
 
+from vitcli.errors import UsageError
+
 # What the sites need of every block: the pre-norm layout's modules by their timm names.
 REQUIRED_MODULES = ("norm1", "attn", "attn.qkv", "attn.proj", "ls1", "drop_path1", "norm2", "mlp", "ls2", "drop_path2")
 _SITE = re.compile(
@@ -53,6 +55,17 @@ def pre_norm_refusal(net: nn.Module, name: str) -> str | None:
                 "not timm's pre-norm Block"
             )
     return None
+
+
+def require_pre_norm(model_name: str) -> nn.Module:
+    """The meta skeleton of `model_name`, refused with UsageError unless its blocks are the pre-norm layout."""
+    from vitcli.loading import require_vit
+
+    skeleton = require_vit(model_name)
+    refusal = pre_norm_refusal(skeleton, model_name)
+    if refusal is not None:
+        raise UsageError(refusal)
+    return skeleton
 
 
 def _module(root: nn.Module, path: str) -> nn.Module | None:
