@@ -95,8 +95,8 @@ def frozen_readout(net, final_rows: torch.Tensor, target: int):
 
 @pytest.mark.parametrize("which", MODELS)
 def test_each_block_term_equals_a_hand_written_readout_of_that_sublayer(request, photo, which):
-    """Blocks run one at a time here, each sublayer's output taken as timm's Block adds it. Seen failing with the
-    attention and MLP captures swapped, and with layer scale left out of hook_attn_out (hooking ls1's input)."""
+    """Blocks run one at a time here, each sublayer's output taken as timm's Block adds it. Seen failing with
+    hook_attn_out placed on the MLP's drop path, and with layer scale left out (hooking attn's output)."""
     model = request.getfixturevalue(which)
     net = model.net
     prepared = model.prepare(photo)

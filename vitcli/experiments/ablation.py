@@ -110,6 +110,27 @@ def reference_replacements(
     return Replacements(mode, {site: total / len(paths) for site, total in totals.items()}, described)
 
 
+def ablation_logits(
+    model: VitModel,
+    prepared: PreparedImage,
+    ablations: Sequence[Ablation],
+    replacements: Replacements,
+    on_progress: Callable[[int], None] = lambda _count: None,
+) -> tuple[Tensor, Tensor]:
+    """(clean logits (classes,), ablated logits (ablations, classes) in the order given), CPU float32."""
+    net = model.net
+    resid_sites = [f"blocks.{b}.hook_resid_pre" for b in range(1, model.depth + 1)]
+    with torch.inference_mode(), caching(net, resid_sites) as cache:
+        clean = net(prepared.input[None].to(model.device))[0].float().cpu()
+    order = sorted(range(len(ablations)), key=lambda index: ablations[index])
+    ablated = torch.empty(len(ablations), clean.shape[0])
+    for start in range(0, len(order), model.batch_size):
+        chunk = order[start : start + model.batch_size]
+        ablated[chunk] = _ablated_logits(model, cache, [ablations[index] for index in chunk], replacements)
+        on_progress(len(chunk))
+    return clean, ablated
+
+
 def ablate(
     model: VitModel,
     prepared: PreparedImage,
@@ -119,31 +140,25 @@ def ablate(
     on_progress: Callable[[int], None] = lambda _count: None,
 ) -> AblationResult:
     """Every ablation of one image, in batches of the model's batch size, against its clean forward."""
-    net = model.net
-    resid_sites = [f"blocks.{b}.hook_resid_pre" for b in range(1, model.depth + 1)]
-    with torch.inference_mode(), caching(net, resid_sites) as cache:
-        clean = net(prepared.input[None].to(model.device))[0].float().cpu()
+    clean, ablated = ablation_logits(model, prepared, ablations, replacements, on_progress)
     clean_probabilities = clean.softmax(dim=-1)
+    probabilities = ablated.softmax(dim=-1)
     target = int(clean.argmax()) if target is None else target
     clean_top1 = int(clean.argmax())
-    ordered = sorted(ablations)
-    outcomes: dict[Ablation, AblationOutcome] = {}
-    for start in range(0, len(ordered), model.batch_size):
-        chunk = ordered[start : start + model.batch_size]
-        logits = _ablated_logits(model, cache, chunk, replacements)
-        probabilities = logits.softmax(dim=-1)
-        for row, ablation in enumerate(chunk):
-            top = int(logits[row].argmax())
-            outcomes[ablation] = AblationOutcome(
+    outcomes = []
+    for row, ablation in enumerate(ablations):
+        top = int(ablated[row].argmax())
+        outcomes.append(
+            AblationOutcome(
                 ablation,
-                float(logits[row, target]),
-                float(logits[row, target] - clean[target]),
+                float(ablated[row, target]),
+                float(ablated[row, target] - clean[target]),
                 float(probabilities[row, target]),
                 float(probabilities[row, target] - clean_probabilities[target]),
                 ClassProbability(top, model.labels[top], float(probabilities[row, top])),
                 top != clean_top1,
             )
-        on_progress(len(chunk))
+        )
     return AblationResult(
         prepared.source,
         model.spec.label,
@@ -154,7 +169,7 @@ def ablate(
         ClassProbability(target, model.labels[target], float(clean_probabilities[target])),
         float(clean[target]),
         ClassProbability(clean_top1, model.labels[clean_top1], float(clean_probabilities[clean_top1])),
-        [outcomes[ablation] for ablation in ablations],
+        outcomes,
     )
 
 
