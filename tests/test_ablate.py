@@ -77,6 +77,21 @@ def test_zero_ablation_equals_a_checkpoint_with_the_weights_zeroed(layer_scale, 
             assert float((ablated[row] - clean).abs().max()) > 1e-3, ablation.label  # the ablation did something
 
 
+def test_two_streams_give_the_logits_of_one(layer_scale, photo):
+    """On a CPU with two threads model.stream runs two chunks at once, each hook reading its own thread's chunk.
+    Seen failing with the chunk kept in a shared variable instead of a thread-local one."""
+    prepared = layer_scale.prepare(photo)
+    ablations = every_ablation(layer_scale)
+    _, one_stream = ablation_logits(layer_scale, prepared, ablations, Replacements(ZERO))
+    torch.set_num_threads(2)
+    try:
+        assert layer_scale.streams == 2
+        _, two_streams = ablation_logits(layer_scale, prepared, ablations, Replacements(ZERO))
+    finally:
+        torch.set_num_threads(1)
+    torch.testing.assert_close(two_streams, one_stream, atol=1e-5, rtol=0)
+
+
 def test_mean_ablation_over_the_image_itself_changes_nothing(layer_scale, photo):
     """Seen failing with the mean taken over tokens instead of over images, and with every head replaced by head 1's
     reference value."""

@@ -5,11 +5,12 @@ residual (blocks.B.hook_attn_out / hook_mlp_out, layer scale included). The repl
 that activation over the reference images, token by token (`mean`), or its value on one reference image
 (`resample`). All ablations of one image run as batched forwards, one row per ablation: the rows entering the
 earliest ablated block of a batch are the clean image's (kept from one clean forward), so a batch only runs the
-blocks from there on.
+blocks from there on; on a CPU two batches run at once (VitModel.stream), each hook reading its own thread's batch.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,11 +124,43 @@ def ablation_logits(
     with torch.inference_mode(), caching(net, resid_sites) as cache:
         clean = net(prepared.input[None].to(model.device))[0].float().cpu()
     order = sorted(range(len(ablations)), key=lambda index: ablations[index])
+    chunks = [order[start : start + model.batch_size] for start in range(0, len(order), model.batch_size)]
     ablated = torch.empty(len(ablations), clean.shape[0])
-    for start in range(0, len(order), model.batch_size):
-        chunk = order[start : start + model.batch_size]
-        ablated[chunk] = _ablated_logits(model, cache, [ablations[index] for index in chunk], replacements)
-        on_progress(len(chunk))
+    current = threading.local()  # the chunk a thread is running: model.stream runs two chunks at once on a CPU
+
+    def replacer(site: str) -> Callable[[Tensor], Tensor | None]:
+        def replace(activation: Tensor) -> Tensor | None:
+            rows = current.by_site.get(site)
+            if not rows:
+                return None
+            activation = activation.clone()
+            for row, ablation in rows:
+                value = replacements.value(ablation, activation)
+                if ablation.site == HEAD:
+                    activation[row, :, ablation.head - 1] = value
+                else:
+                    activation[row] = value
+            return activation
+
+        return replace
+
+    def forward(chunk_index: Tensor) -> Tensor:
+        """The logits of one chunk, run from the clean rows entering its earliest ablated block."""
+        chunk = [ablations[index] for index in chunks[int(chunk_index)]]
+        current.by_site = {}
+        for row, ablation in enumerate(chunk):
+            current.by_site.setdefault(ablation.hook_site, []).append((row, ablation))
+        first = min(ablation.block for ablation in chunk)
+        rows = cache[f"blocks.{first}.hook_resid_pre"].expand(len(chunk), -1, -1)
+        return net.forward_head(net.norm(net.blocks[first - 1 :](rows)))
+
+    sites = {ablation.hook_site for ablation in ablations}
+    with hooks(net, {site: replacer(site) for site in sites}):
+        # stream() hands each "batch" to forward(); here a batch is the index of a chunk.
+        indexes = (torch.tensor(index) for index in range(len(chunks)))
+        for chunk, logits in zip(chunks, model.stream(forward, indexes), strict=True):
+            ablated[chunk] = logits
+            on_progress(len(chunk))
     return clean, ablated
 
 
@@ -171,34 +204,6 @@ def ablate(
         ClassProbability(clean_top1, model.labels[clean_top1], float(clean_probabilities[clean_top1])),
         outcomes,
     )
-
-
-def _ablated_logits(
-    model: VitModel, clean_rows: dict[str, Tensor], chunk: Sequence[Ablation], replacements: Replacements
-) -> Tensor:
-    """(len(chunk), classes): row i with chunk[i] ablated, run from the clean rows entering the first ablated block."""
-    net = model.net
-    first = min(ablation.block for ablation in chunk)
-    rows = clean_rows[f"blocks.{first}.hook_resid_pre"].expand(len(chunk), -1, -1)
-    by_site: dict[str, list[tuple[int, Ablation]]] = {}
-    for row, ablation in enumerate(chunk):
-        by_site.setdefault(ablation.hook_site, []).append((row, ablation))
-
-    def replacer(rows_and_ablations: list[tuple[int, Ablation]]) -> Callable[[Tensor], Tensor]:
-        def replace(activation: Tensor) -> Tensor:
-            activation = activation.clone()
-            for row, ablation in rows_and_ablations:
-                value = replacements.value(ablation, activation)
-                if ablation.site == HEAD:
-                    activation[row, :, ablation.head - 1] = value
-                else:
-                    activation[row] = value
-            return activation
-
-        return replace
-
-    with torch.inference_mode(), hooks(net, {site: replacer(items) for site, items in by_site.items()}):
-        return net.forward_head(net.norm(net.blocks[first - 1 :](rows))).float().cpu()
 
 
 @dataclass(frozen=True)
