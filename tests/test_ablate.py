@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from test_attribute import scrambled
+from test_attribute import no_model_load, scrambled  # noqa: F401  (no_model_load: a fixture)
 
 from vitcli.experiments.ablation import (
     ATTENTION,
@@ -186,13 +186,6 @@ def test_a_config_must_name_the_reference_of_mean_ablation(cli, photo, workdir):
     assert "--mode mean in a config needs --reference FOLDER" in result.stderr and result.stderr.count("\n") == 1
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    import vitcli.loading
-
-    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
-
-
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -205,7 +198,8 @@ def no_model_load(monkeypatch):
         (["--model", "vit_base_patch16_xp_224"], "block 1 (ParallelScalingBlock) has no norm1, attn, attn.qkv"),
     ],
 )
-def test_usage_errors_exit_2_before_the_model_loads(cli, photo, workdir, no_model_load, options, message):
+@pytest.mark.usefixtures("no_model_load")
+def test_usage_errors_exit_2_before_the_model_loads(cli, photo, workdir, options, message):
     (workdir / "EMPTY").mkdir()
     result = cli("ablate", photo, *RANDOM_CPU, *[workdir / "EMPTY" if item == "EMPTY" else item for item in options])
     assert result.exit_code == 2, result.stderr
