@@ -87,7 +87,7 @@ def attribute(
         sites.append(f"blocks.{block}.ln1.hook_normalized")
     with torch.inference_mode(), caching(net, sites) as cache:
         logits = net(prepared.input[None].to(model.device))[0].float().cpu()
-    cache = {site: activation[0].double() for site, activation in cache.items()}
+    cache = {site: activation[0].double().cpu() for site, activation in cache.items()}
     target = int(logits.argmax()) if target is None else target
     readout = linear_readout(net, cache[f"blocks.{depth}.hook_resid_post"], target, contrast)
     block_terms = [Term(EMBEDDING, None, None, None, readout.term(cache["blocks.1.hook_resid_pre"]))]
@@ -127,25 +127,25 @@ def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbabili
     return ClassProbability(index, model.labels[index], float(probabilities[index]))
 
 
-def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, Tensor]:
-    """(per-head readout vectors (heads, head_dim), the bias's readout term) for one block: W_O,h^T (gamma * u)."""
+def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:
+    """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
+    and the attention bias's term, (gamma * b_O) . sum of the row directions."""
     module = model.net.blocks[block - 1]
-    scale = module.ls1.gamma.detach().double() if hasattr(module.ls1, "gamma") else 1.0
-    scaled = scale * readout.direction
+    scale = module.ls1.gamma.detach().double().cpu() if hasattr(module.ls1, "gamma") else 1.0
+    scaled = scale * readout.directions  # (tokens, width)
     proj = module.attn.proj
-    per_head = (proj.weight.detach().double().T @ scaled).reshape(module.attn.num_heads, -1)
-    bias = 0.0 if proj.bias is None else float(proj.bias.detach().double() @ scaled) * float(readout.row_weights.sum())
-    return per_head, torch.tensor(bias, dtype=torch.float64)
+    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
+    bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
+    return per_head, bias
 
 
 def _head_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout) -> tuple[np.ndarray, np.ndarray]:
     heads = np.zeros((model.depth, model.num_heads))
     biases = np.zeros(model.depth)
     for b in range(1, model.depth + 1):
-        per_head, bias = _readout_vectors(model, b, readout)
+        per_head, biases[b - 1] = _readout_vectors(model, b, readout)
         z = cache[f"blocks.{b}.attn.hook_z"]  # (tokens, heads, head_dim)
-        heads[b - 1] = torch.einsum("r,rhd,hd->h", readout.row_weights, z, per_head).numpy()
-        biases[b - 1] = float(bias)
+        heads[b - 1] = torch.einsum("rhd,rhd->h", z, per_head).numpy()
     return heads, biases
 
 
@@ -178,12 +178,12 @@ def _terms(
 def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> list[Term]:
     """Each (head, source token) part of block `block`'s head terms."""
     module = model.net.blocks[block - 1]
-    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(module.attn.qkv.weight.dtype)
+    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(module.attn.qkv.weight)
     with torch.inference_mode():
         _, _, v, attention, _ = explicit_attention(module.attn, normed)
-    per_head, _ = _readout_vectors(model, block, readout)
-    values = torch.einsum("hjd,hd->hj", v[0].double(), per_head)  # each source's value, read out, per head
-    parts = torch.einsum("r,hrj,hj->hj", readout.row_weights, attention[0].double(), values)
+    per_head, _ = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
+    # part[h, j] = sum over rows r of A_h[r, j] (v_j,h . per_head[r, h]): source j's value as row r reads it
+    parts = torch.einsum("hrj,hjd,rhd->hj", attention[0].double().cpu(), v[0].double().cpu(), per_head)
     return [
         Term(TOKEN, block, h + 1, j, float(parts[h, j])) for h in range(parts.shape[0]) for j in range(parts.shape[1])
     ]
