@@ -12,6 +12,7 @@ from vitcli.experiments.ablation import HEAD, AblationResult, AblationSpreads
 from vitcli.render import weights_caption
 
 SUBLAYERS = ("attn", "mlp")
+_LABEL_BOX = {"facecolor": "white", "alpha": 0.6, "pad": 0.5, "linewidth": 0}  # readable on any cell colour
 
 
 def _definition(mode: str, reference: str) -> str:
@@ -106,8 +107,11 @@ def _maps(ablations: list[Any], values: list[float], depth: int, heads: int) -> 
     return head_map, sublayer_map
 
 
-def _heat_figure(ablations: list[Any], values: list[float], depth: int, heads: int, what: str) -> Any:
-    """Blocks x heads (and, when sublayers were ablated, blocks x attn/mlp), one colour scale centred on 0."""
+def _heat_figure(
+    ablations: list[Any], values: list[float], depth: int, heads: int, what: str, notes: list[str] | None = None
+) -> Any:
+    """Blocks x heads (and, when sublayers were ablated, blocks x attn/mlp), one colour scale centred on 0; notes,
+    when given, are written in the cells."""
     from vitcli import figures
 
     head_map, sublayer_map = _maps(ablations, values, depth, heads)
@@ -129,6 +133,12 @@ def _heat_figure(ablations: list[Any], values: list[float], depth: int, heads: i
         panel.set_yticks(range(depth), [str(block) for block in range(1, depth + 1)])
         panel.set_xlabel(label)
         panel.set_ylabel("block")
+    for ablation, note in zip(ablations, notes or [], strict=False):
+        panel_index = 0 if ablation.site == HEAD or len(panels_wanted) == 1 else 1
+        column = ablation.head - 1 if ablation.site == HEAD else SUBLAYERS.index(ablation.site)
+        panels[0][panel_index].text(
+            column, ablation.block - 1, note, ha="center", va="center", fontsize=7, bbox=_LABEL_BOX
+        )
     fig.colorbar(image, ax=list(panels[0]), shrink=0.85, label=f"{what} (0 = white; gray: not ablated)")
     return fig
 
@@ -217,7 +227,12 @@ def spread_figure(spread: AblationSpreads) -> Any:
         spread.depth,
         spread.num_heads,
         "mean change of the target logit",
+        notes=[f"{item.top1_changed_fraction:.0%}" if item.top1_changed_fraction else "" for item in spread.spreads],
     )
     images = spread.spreads[0].images
-    figures.title(fig, f"{spread.mode}-ablation over {images} images", spread.weights_label)
+    figures.title(
+        fig,
+        f"{spread.mode}-ablation over {images} images (in the cells: images whose top-1 changed)",
+        spread.weights_label,
+    )
     return fig
