@@ -154,7 +154,8 @@ def test_ablate_mean_defaults_to_the_runs_images(cli, photo, workdir):
     result = cli("ablate", photo, *RANDOM_CPU, "--heads", "2.1,6.2", "--mode", "mean", "-q", "--format", "json")
     assert result.exit_code == 0, result.stderr
     (document,) = json.loads(result.stdout)["results"]
-    assert document["experiment"]["settings"]["reference"] == [str(photo)]
+    reference = document["experiment"]["settings"]["reference"]
+    assert reference["images"] == 1 and reference["first"] == str(photo)
     assert all(abs(row["logit_change"]) <= WEIGHT_EDIT_TOLERANCE for row in document["result"]["ablations"])
 
 

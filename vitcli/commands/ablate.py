@@ -108,7 +108,12 @@ class AblateJob(Job):
             "heads": self.heads,
             "blocks": self.blocks,
             "mode": self.mode,
-            "reference": [str(path) for path in self.reference],
+            # A folder of thousands stays one line: the count, the name's hash of the paths and the first path.
+            "reference": {
+                "images": len(self.reference),
+                "paths_hash": _paths_hash(self.reference) if self.reference else None,
+                "first": str(self.reference[0]) if self.reference else None,
+            },
             "ablations": len(self.ablations),
         }
 
