@@ -76,7 +76,6 @@ def attribute(
     contrast: int | None,
     by: str,
     block: int | None = None,
-    clean_logits: Tensor | None = None,
 ) -> AttributionResult:
     """One forward (no backward), every component captured; refused when the terms do not rebuild the metric."""
     net, depth = model.net, model.depth
