@@ -104,6 +104,31 @@ def test_mean_ablation_over_the_image_itself_changes_nothing(layer_scale, photo)
         assert float((ablated - clean).abs().max()) <= WEIGHT_EDIT_TOLERANCE, mode
 
 
+def test_resampling_the_last_mlp_puts_the_other_images_output_in_the_sum(layer_scale, photo, newfoundland):
+    """Resample 3.mlp of `photo` from the other reference: the logits of (rows entering block 3 + its attention
+    output, both of photo) + the MLP output of the other image, summed and read here. Seen failing with the
+    resampled image chosen as the image itself."""
+    from vitcli.experiments.ablation import resample_source
+    from vitcli.experiments.components import caching
+
+    net = layer_scale.net
+    source = resample_source([photo, newfoundland], photo)
+    assert source == newfoundland
+    ablation = Ablation(3, MLP)
+    replacements = reference_replacements(layer_scale, RESAMPLE, [ablation], [source])
+    _, ablated = ablation_logits(layer_scale, layer_scale.prepare(photo), [ablation], replacements)
+    sites = ["blocks.3.hook_resid_pre", "blocks.3.hook_attn_out", "blocks.3.hook_mlp_out"]
+    with torch.inference_mode():
+        with caching(net, sites) as own:
+            net(layer_scale.prepare(photo).input[None])
+        own = dict(own)
+        with caching(net, sites) as other:
+            net(layer_scale.prepare(newfoundland).input[None])
+        rows = own["blocks.3.hook_resid_pre"] + own["blocks.3.hook_attn_out"] + other["blocks.3.hook_mlp_out"]
+        expected = net.forward_head(net.norm(rows))[0]
+    torch.testing.assert_close(ablated[0], expected, atol=1e-5, rtol=0)
+
+
 def test_mean_over_two_images_is_the_mean_of_their_activations(layer_scale, photo, newfoundland):
     """The replacement of every site: the mean over the references of that site's activation, token by token."""
     ablations = every_ablation(layer_scale)
