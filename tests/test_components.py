@@ -1,0 +1,65 @@
+"""The named sites of vitcli.experiments.components: what they hold adds up as a pre-norm block adds it, a hook's
+return value replaces the activation, and hooks never outlive their `with`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vitcli.experiments.components import caching, hooks, pre_norm_refusal
+
+from conftest import small_vit
+
+
+@pytest.fixture(scope="module")
+def layer_scale():
+    """ViT-Tiny, 2 blocks, 64x64, layer scale on (gamma 0.5), so hook_attn_out must include it."""
+    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64, init_values=0.5)
+
+
+def test_the_sites_add_up_as_the_block_adds_them(layer_scale, photo):
+    """resid_post = resid_pre + attn_out + mlp_out; resid_post of block 1 is resid_pre of block 2; hook_z joined and
+    projected is the attention module's output. Seen failing with hook_attn_out on ls1's input (layer scale lost)."""
+    net = layer_scale.net
+    sites = [f"blocks.{b}.{name}" for b in (1, 2) for name in ("hook_resid_pre", "hook_attn_out", "hook_mlp_out")]
+    sites += ["blocks.1.hook_resid_post", "blocks.2.hook_resid_post", "blocks.1.attn.hook_z"]
+    with torch.inference_mode(), caching(net, sites) as cache:
+        net(layer_scale.prepare(photo).input[None])
+    for block in (1, 2):
+        added = cache[f"blocks.{block}.hook_resid_pre"] + cache[f"blocks.{block}.hook_attn_out"]
+        added = added + cache[f"blocks.{block}.hook_mlp_out"]
+        torch.testing.assert_close(added, cache[f"blocks.{block}.hook_resid_post"], atol=1e-6, rtol=0)
+    assert torch.equal(cache["blocks.1.hook_resid_post"], cache["blocks.2.hook_resid_pre"])
+    z = cache["blocks.1.attn.hook_z"]
+    assert z.shape[-2:] == (3, 64)
+    with torch.inference_mode():
+        projected = net.blocks[0].ls1(net.blocks[0].attn.proj(z.flatten(-2)))
+    torch.testing.assert_close(projected, cache["blocks.1.hook_attn_out"], atol=1e-6, rtol=0)
+
+
+def test_a_returned_tensor_replaces_the_activation_and_hooks_leave_with_the_block(layer_scale, photo):
+    """Zeroing the last MLP's output leaves the logits of (rows entering block 2 + its attention output). Seen
+    failing with the hooks left registered on leaving the `with`."""
+    net = layer_scale.net
+    inputs = layer_scale.prepare(photo).input[None]
+    with torch.inference_mode():
+        with caching(net, ["blocks.2.hook_resid_pre", "blocks.2.hook_attn_out"]) as cache:
+            clean = net(inputs)
+        expected = net.forward_head(net.norm(cache["blocks.2.hook_resid_pre"] + cache["blocks.2.hook_attn_out"]))
+        with pytest.raises(RuntimeError, match="inside"), hooks(net, {"blocks.2.hook_mlp_out": torch.zeros_like}):
+            zeroed = net(inputs)
+            raise RuntimeError("inside the with")
+        assert not net.blocks[1].drop_path2._forward_hooks  # removed although the `with` ended in an error
+        assert torch.equal(net(inputs), clean)
+    torch.testing.assert_close(zeroed, expected, atol=1e-5, rtol=0)
+    assert not torch.equal(zeroed, clean)
+
+
+def test_unknown_sites_and_other_block_layouts_are_named():
+    import timm
+
+    net = timm.create_model("vit_small_patch16_18x2_224", pretrained=False, device="meta", depth=2)
+    refusal = pre_norm_refusal(net, "vit_small_patch16_18x2_224")
+    assert "block 1 (ParallelThingsBlock) has no norm1, attn, attn.qkv, attn.proj" in refusal
+    with pytest.raises(ValueError, match="unknown site"), hooks(net, {"blocks.1.hook_q": print}):
+        pass

@@ -1,0 +1,266 @@
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vitcli.commands.explain import resolve_target_text
+from vitcli.commands.occlude import TargetOption
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError, VitcliError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
+
+SUBLAYERS = ("attn", "mlp")
+
+
+class Mode(StrEnum):
+    zero = "zero"
+    mean = "mean"
+    resample = "resample"
+
+
+def parse_heads(text: str, depth: int, heads: int) -> list[Any]:
+    """`all` or `B.H,B.H,...` (blocks and heads from one) as head ablations, checked against the model."""
+    from vitcli.experiments.ablation import HEAD, Ablation
+
+    if text.strip() == "all":
+        return [Ablation(block, HEAD, head) for block in range(1, depth + 1) for head in range(1, heads + 1)]
+    ablations = []
+    for item in _items(text, "--heads"):
+        block, _, head = item.partition(".")
+        if not (block.isdigit() and head.isdigit()):
+            raise UsageError(f"--heads {item!r}: write heads as BLOCK.HEAD (4.2), comma-separated, or all")
+        if not 1 <= int(block) <= depth:
+            raise UsageError(f"--heads {item}: block {block} does not exist; blocks are 1..{depth}")
+        if not 1 <= int(head) <= heads:
+            raise UsageError(f"--heads {item}: head {head} does not exist; each block has heads 1..{heads}")
+        ablations.append(Ablation(int(block), HEAD, int(head)))
+    return ablations
+
+
+def parse_blocks(text: str, depth: int) -> list[Any]:
+    """`all` or `B.attn,B.mlp,...`: whole attention or MLP sublayers."""
+    from vitcli.experiments.ablation import Ablation
+
+    if text.strip() == "all":
+        return [Ablation(block, sublayer) for block in range(1, depth + 1) for sublayer in SUBLAYERS]
+    ablations = []
+    for item in _items(text, "--blocks"):
+        block, _, sublayer = item.partition(".")
+        if not block.isdigit() or sublayer not in SUBLAYERS:
+            raise UsageError(f"--blocks {item!r}: write sublayers as BLOCK.attn or BLOCK.mlp (4.attn), or all")
+        if not 1 <= int(block) <= depth:
+            raise UsageError(f"--blocks {item}: block {block} does not exist; blocks are 1..{depth}")
+        ablations.append(Ablation(int(block), sublayer))
+    return ablations
+
+
+def _items(text: str, option: str) -> list[str]:
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise UsageError(f"{option} {text!r}: an empty item; separate items with single commas")
+    return list(dict.fromkeys(items))
+
+
+class AblateJob(Job):
+    command = "ablate"
+
+    def __init__(self, target: str | None, heads: str | None, blocks: str | None, mode: str, reference: list[Path]):
+        self.target_text = target
+        self.heads = heads
+        self.blocks = blocks
+        self.mode = mode
+        self.reference = reference  # sorted image paths; empty for --mode zero
+        self.target: int | None = None  # resolved by check()
+        self.ablations: list[Any] = []
+        self._replacements: dict[Path | None, Any] = {}  # by the resampled image (None: one for every image)
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.components import require_pre_norm
+
+        require_pre_norm(architecture.name)
+        self.ablations = []
+        if self.heads is not None:
+            self.ablations += parse_heads(self.heads, architecture.depth, architecture.num_heads)
+        if self.blocks is not None:
+            self.ablations += parse_blocks(self.blocks, architecture.depth)
+        self.target = resolve_target_text(architecture, self.target_text)
+
+    def name(self) -> str:
+        return result_name(
+            "ablate",
+            _named("h", self.heads),
+            _named("s", self.blocks),
+            setting("m", self.mode),
+            setting("r", _paths_hash(self.reference) if self.reference else None),
+            setting("t", "top1" if self.target is None else self.target),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "heads": self.heads,
+            "blocks": self.blocks,
+            "mode": self.mode,
+            # A folder of thousands stays one line: the count, the name's hash of the paths and the first path.
+            "reference": {
+                "images": len(self.reference),
+                "paths_hash": _paths_hash(self.reference) if self.reference else None,
+                "first": str(self.reference[0]) if self.reference else None,
+            },
+            "ablations": len(self.ablations),
+        }
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.ablation import RESAMPLE, ablate, reference_replacements, resample_source
+
+        key = resample_source(self.reference, work.image.source.path) if self.mode == RESAMPLE else None
+        if key not in self._replacements:
+            paths = [key] if key is not None else self.reference
+            self._replacements[key] = reference_replacements(work.model, self.mode, self.ablations, paths)
+        work.steps.start(len(self.ablations), f"ablating {work.image.source.path.name}")
+        return ablate(
+            work.model, work.image, self.ablations, self._replacements[key], self.target, on_progress=work.steps.advance
+        )
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import ablation as view
+
+        return Presentation.of(view, result)
+
+    def present_across_images(self, results: list[Any]) -> Presentation | None:
+        """Per ablation: the mean change of each image's target and the fraction of images whose top-1 changed."""
+        from vitcli.experiments.ablation import ablation_spread
+        from vitcli.presentation import ablation as view
+
+        spread = ablation_spread(results)
+        return Presentation(
+            view.spread_table(spread),
+            view.spread_rows(spread),
+            view.spread_document(spread),
+            figure=lambda: view.spread_figure(spread),
+        )
+
+
+def _named(prefix: str, text: str | None) -> str | None:
+    """A --heads or --blocks list in a file name; a long list by its count and a hash of its text."""
+    if text is None:
+        return None
+    compact = text.replace(" ", "").replace(",", "_")
+    if len(compact) <= 24:
+        return setting(prefix, compact)
+    return setting(prefix, f"{compact.count('_') + 1}x{hashlib.sha256(compact.encode()).hexdigest()[:8]}")
+
+
+def _paths_hash(paths: list[Path]) -> str:
+    joined = "\n".join(str(path.resolve()) for path in paths)
+    return hashlib.sha256(joined.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def _reference_images(argument: str, option: str) -> list[Path]:
+    from vitcli.images import resolve_images
+
+    try:
+        return resolve_images([argument])
+    except VitcliError as error:
+        raise UsageError(f"{option} {argument}: {error}") from error
+
+
+def _run_images(arguments: list[str] | None) -> list[Path]:
+    """The images a command was given (all of them, before --shard), or the sample photo; unreadable ones are the
+    run's failures, not the reference's."""
+    from vitcli.images import resolve_images, sample_photo
+
+    if not arguments:
+        return [sample_photo()]
+    paths: list[Path] = []
+    for argument in arguments:
+        try:
+            paths.extend(resolve_images([argument]))
+        except VitcliError:
+            continue
+    return list(dict.fromkeys(paths))
+
+
+@builds_jobs("ablate")
+def ablate_jobs(
+    target: str | None = None,
+    heads: str | None = None,
+    blocks: str | None = None,
+    mode: str = "zero",
+    reference: Path | None = None,
+    run_images: list[str] | None = None,
+) -> list[Job]:
+    """run_images: the command line's images, the default reference of --mode mean and resample (a `vitcli run`
+    config does not pass them: there the reference must be given)."""
+    mode = str(mode)
+    if mode not in {member.value for member in Mode}:
+        raise UsageError(f"unknown --mode {mode!r}: choose one of {', '.join(member.value for member in Mode)}")
+    if heads is None and blocks is None:
+        heads = "all"
+    if mode == Mode.zero:
+        if reference is not None:
+            raise UsageError("--reference sets what --mode mean and resample use; --mode zero replaces with 0")
+        paths: list[Path] = []
+    elif reference is not None:
+        paths = _reference_images(str(reference), "--reference")
+    elif run_images is not None:
+        paths = sorted(_run_images(run_images), key=lambda path: str(path.resolve()))
+    else:
+        raise UsageError(f"--mode {mode} in a config needs --reference FOLDER (the images its replacements come from)")
+    if not paths and mode != Mode.zero:
+        raise UsageError(f"--mode {mode}: no reference images")
+    return [AblateJob(target, heads, blocks, mode, paths)]
+
+
+@vitcli_command(
+    "ablate",
+    examples=[
+        "vitcli ablate examples/images/newfoundland_31.jpg",
+        "vitcli ablate photos/ --heads 10.1,11.3 --blocks 11.attn,11.mlp --mode mean",
+        "vitcli ablate photo.jpg --mode resample --reference other_photos/",
+    ],
+)
+def ablate_command(
+    context: CommandContext,
+    images: ImagesArgument = None,
+    target: TargetOption = None,
+    heads: Annotated[
+        str | None,
+        typer.Option(
+            help="Heads to ablate one at a time: all, or BLOCK.HEAD items from one (4.2,11.3). Default: all, "
+            "unless only --blocks is given.",
+            show_default=False,
+        ),
+    ] = None,
+    blocks: Annotated[
+        str | None,
+        typer.Option(
+            help="Whole sublayers to ablate one at a time: all, or BLOCK.attn / BLOCK.mlp items (4.attn,4.mlp).",
+            show_default=False,
+        ),
+    ] = None,
+    mode: Annotated[
+        Mode,
+        typer.Option(
+            help="zero: the output becomes 0; mean: its mean over the reference images, token by token; resample: "
+            "its value on one reference image (the first, by path, that is not the image itself)."
+        ),
+    ] = Mode.zero,
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            help="Images (a folder, file or glob) for --mode mean and resample. Default: this run's images.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Ablate heads (or whole attention and MLP sublayers) one at a time, all ablations of an image as batched
+    forwards: the change of the target logit and probability and whether the top-1 changes."""
+    context.run(ablate_jobs(target, heads, blocks, mode, reference, run_images=images or []), images)

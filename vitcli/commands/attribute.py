@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from vitcli.commands.explain import resolve_target_text
+from vitcli.commands.occlude import TargetOption
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError, VitcliError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.options import ImagesArgument
+from vitcli.shell import vitcli_command
+
+
+class By(StrEnum):
+    block = "block"
+    head = "head"
+    token = "token"
+
+
+ContrastOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contrast",
+        help="A second class: attribute the logit difference target - contrast (an index or a label).",
+        show_default=False,
+    ),
+]
+
+
+class AttributeJob(Job):
+    command = "attribute"
+
+    def __init__(self, target: str | None, contrast: str | None, by: str, block: int | None):
+        self.target_text = target
+        self.contrast_text = contrast
+        self.by = by
+        self.block = block
+        self.target: int | None = None  # resolved by check()
+        self.contrast: int | None = None
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.components import require_pre_norm
+        from vitcli.experiments.readout import readout_refusal
+
+        skeleton = require_pre_norm(architecture.name)
+        refusal = readout_refusal(skeleton, architecture.name)
+        if refusal is not None:
+            raise UsageError(refusal)
+        if self.block is not None:
+            if not 1 <= self.block <= architecture.depth:
+                raise UsageError(
+                    f"--block must be between 1 and {architecture.depth} (the model's blocks), not {self.block}"
+                )
+            attention = skeleton.blocks[self.block - 1].attn
+            if type(attention.norm).__name__ != "Identity" or getattr(attention, "gate", None) is not None:
+                raise UsageError(
+                    f"--by token: {architecture.name}'s attention normalizes or gates the heads before attn.proj, "
+                    "so a head's output is not a sum over source tokens"
+                )
+        self.target = resolve_target_text(architecture, self.target_text)
+        if self.contrast_text is not None:
+            from vitcli.classes import resolve_class
+
+            self.contrast = resolve_class(architecture.labels, self.contrast_text, "--contrast")
+            if self.contrast == self.target:
+                raise UsageError(
+                    f"--contrast {self.contrast_text} is the target class {self.target}: the difference would be 0"
+                )
+
+    def name(self) -> str:
+        return result_name(
+            "attribute",
+            self.by,
+            setting("b", self.block),
+            setting("t", "top1" if self.target is None else self.target),
+            setting("c", self.contrast),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {"target": self.target, "contrast": self.contrast, "by": self.by, "block": self.block}
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.attribution import attribute
+
+        target = self.target if self.target is not None else int(work.clean_logits().argmax())
+        if target == self.contrast:
+            raise VitcliError(
+                f"--contrast {self.contrast} is this image's top-1, the default target: give --target or another class"
+            )
+        return attribute(work.model, work.image, target, self.contrast, self.by, self.block)
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import attribution as view
+
+        return Presentation.of(view, result)
+
+
+@builds_jobs("attribute")
+def attribute_jobs(
+    target: str | None = None, contrast: str | None = None, by: str = "block", block: int | None = None
+) -> list[Job]:
+    by = str(by)
+    if by not in {member.value for member in By}:
+        raise UsageError(f"unknown --by {by!r}: choose one of {', '.join(member.value for member in By)}")
+    if by == By.token and block is None:
+        raise UsageError("--by token needs --block B: the block whose heads' source tokens are mapped")
+    if by != By.token and block is not None:
+        raise UsageError("--block picks the block of --by token; add --by token")
+    return [AttributeJob(target, contrast, by, block)]
+
+
+@vitcli_command(
+    "attribute",
+    examples=[
+        "vitcli attribute examples/images/newfoundland_31.jpg",
+        "vitcli attribute photo.jpg --by head --target Newfoundland --contrast Persian",
+        "vitcli attribute photo.jpg --by token --block 11",
+    ],
+)
+def attribute_command(
+    context: CommandContext,
+    images: ImagesArgument = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    by: Annotated[
+        By,
+        typer.Option(
+            help="block: the embedding and each block's attention and MLP; head: every head (and each block's "
+            "attention bias); token: each source token through each head of --block."
+        ),
+    ] = By.block,
+    block: Annotated[
+        int | None,
+        typer.Option(help="The block (from 1) of --by token.", show_default=False),
+    ] = None,
+) -> None:
+    """Direct logit attribution: the target logit split exactly into what the embedding, each block's attention
+    and MLP, each head or each source token wrote, with the final LayerNorm's scale frozen; checked to add up."""
+    context.run(attribute_jobs(target, contrast, by, block), images)

@@ -1,0 +1,264 @@
+"""Ablation: remove one head (or one whole attention or MLP sublayer) at a time and measure the target's change.
+
+A head is ablated at its slice of the input of attn.proj (blocks.B.attn.hook_z), a sublayer at what it adds to the
+residual (blocks.B.hook_attn_out / hook_mlp_out, layer scale included). The replacement is 0 (`zero`), the mean of
+that activation over the reference images, token by token (`mean`), or its value on one reference image
+(`resample`). All ablations of one image run as batched forwards, one row per ablation: the rows entering the
+earliest ablated block of a batch are the clean image's (kept from one clean forward), so a batch only runs the
+blocks from there on; on a CPU two batches run at once (VitModel.stream), each hook reading its own thread's batch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from vitcli.experiments.components import caching, head_site, hooks, sublayer_site
+from vitcli.experiments.occlusion import ClassProbability
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel
+
+HEAD, ATTENTION, MLP = "head", "attn", "mlp"
+ZERO, MEAN, RESAMPLE = "zero", "mean", "resample"
+MODES = (ZERO, MEAN, RESAMPLE)
+
+
+@dataclass(frozen=True, order=True)
+class Ablation:
+    block: int  # one-based
+    site: str  # HEAD, ATTENTION or MLP
+    head: int | None = None  # one-based, for HEAD
+
+    @property
+    def label(self) -> str:
+        """How the options spell it: 4.2 (block 4, head 2), 4.attn, 4.mlp."""
+        return f"{self.block}.{self.head if self.site == HEAD else self.site}"
+
+    @property
+    def hook_site(self) -> str:
+        return head_site(self.block) if self.site == HEAD else sublayer_site(self.block, self.site)
+
+
+@dataclass(frozen=True)
+class AblationOutcome:
+    ablation: Ablation
+    target_logit: float
+    logit_change: float  # ablated - clean
+    target_probability: float
+    probability_change: float  # ablated - clean
+    top1: ClassProbability  # of the ablated forward
+    top1_changed: bool
+
+
+@dataclass
+class AblationResult:
+    source: ImageSource
+    weights_label: str
+    mode: str
+    reference: str  # what the replacements came from, in words
+    depth: int
+    num_heads: int
+    target: ClassProbability  # clean probability
+    clean_logit: float
+    clean_top1: ClassProbability
+    outcomes: list[AblationOutcome]
+
+
+class Replacements:
+    """What an ablated activation becomes, per site: zeros, or (tokens, ...) values from the reference images."""
+
+    def __init__(self, mode: str, values: dict[str, Tensor] | None = None, description: str = "0"):
+        self.mode = mode
+        self.values = values or {}
+        self.description = description
+
+    def value(self, ablation: Ablation, like: Tensor) -> Tensor:
+        """The replacement of one row (tokens, ...) of the activation `like` (batch, tokens, ...)."""
+        if self.mode == ZERO:
+            return torch.zeros_like(like[0, :, ablation.head - 1] if ablation.site == HEAD else like[0])
+        stored = self.values[ablation.hook_site].to(like.device, like.dtype)
+        return stored[:, ablation.head - 1] if ablation.site == HEAD else stored
+
+
+def resample_source(references: Sequence[Path], image: Path) -> Path:
+    """The reference image a resampled ablation takes its values from: the first that is not `image` itself (the
+    image itself only when it is the sole reference)."""
+    others = [path for path in references if path.resolve() != image.resolve()]
+    return (others or list(references))[0]
+
+
+def reference_replacements(
+    model: VitModel, mode: str, ablations: Sequence[Ablation], paths: Sequence[Path]
+) -> Replacements:
+    """Zeros, or the mean over `paths` (for resample: one path) of every site the ablations touch, token by token."""
+    if mode == ZERO:
+        return Replacements(ZERO)
+    sites = sorted({ablation.hook_site for ablation in ablations})
+    totals: dict[str, Tensor] = {}
+    for start in range(0, len(paths), model.batch_size):
+        inputs = torch.stack([model.prepare(path).input for path in paths[start : start + model.batch_size]])
+        with torch.inference_mode(), caching(model.net, sites) as cache:
+            model.net(inputs.to(model.device))
+        for site in sites:
+            total = cache[site].double().sum(dim=0).cpu()
+            totals[site] = total if site not in totals else totals[site] + total
+    described = f"{MEAN} over {len(paths)} reference images" if mode == MEAN else f"{RESAMPLE} from {paths[0]}"
+    return Replacements(mode, {site: total / len(paths) for site, total in totals.items()}, described)
+
+
+def ablation_logits(
+    model: VitModel,
+    prepared: PreparedImage,
+    ablations: Sequence[Ablation],
+    replacements: Replacements,
+    on_progress: Callable[[int], None] = lambda _count: None,
+) -> tuple[Tensor, Tensor]:
+    """(clean logits (classes,), ablated logits (ablations, classes) in the order given), CPU float32."""
+    net = model.net
+    resid_sites = [f"blocks.{b}.hook_resid_pre" for b in range(1, model.depth + 1)]
+    with torch.inference_mode(), caching(net, resid_sites) as cache, _threads(1 if model.streams > 1 else None):
+        clean = net(prepared.input[None].to(model.device))[0].float().cpu()
+    order = sorted(range(len(ablations)), key=lambda index: ablations[index])
+    chunks = [order[start : start + model.batch_size] for start in range(0, len(order), model.batch_size)]
+    ablated = torch.empty(len(ablations), clean.shape[0])
+    current = threading.local()  # the chunk a thread is running: model.stream runs two chunks at once on a CPU
+
+    def replacer(site: str) -> Callable[[Tensor], Tensor | None]:
+        def replace(activation: Tensor) -> Tensor | None:
+            rows = current.by_site.get(site)
+            if not rows:
+                return None
+            activation = activation.clone()
+            for row, ablation in rows:
+                value = replacements.value(ablation, activation)
+                if ablation.site == HEAD:
+                    activation[row, :, ablation.head - 1] = value
+                else:
+                    activation[row] = value
+            return activation
+
+        return replace
+
+    def forward(chunk_index: Tensor) -> Tensor:
+        """The logits of one chunk, run from the clean rows entering its earliest ablated block."""
+        chunk = [ablations[index] for index in chunks[int(chunk_index)]]
+        current.by_site = {}
+        for row, ablation in enumerate(chunk):
+            current.by_site.setdefault(ablation.hook_site, []).append((row, ablation))
+        first = min(ablation.block for ablation in chunk)
+        rows = cache[f"blocks.{first}.hook_resid_pre"].expand(len(chunk), -1, -1)
+        return net.forward_head(net.norm(net.blocks[first - 1 :](rows)))
+
+    sites = {ablation.hook_site for ablation in ablations}
+    with hooks(net, {site: replacer(site) for site in sites}):
+        # stream() hands each "batch" to forward(); here a batch is the index of a chunk.
+        indexes = (torch.tensor(index) for index in range(len(chunks)))
+        for chunk, logits in zip(chunks, model.stream(forward, indexes), strict=True):
+            ablated[chunk] = logits
+            on_progress(len(chunk))
+    return clean, ablated
+
+
+@contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """torch's thread count set to `count` inside the `with` (None: unchanged).
+
+    The clean forward of one image runs on one thread when the batches will stream: one image gains little from a
+    second thread, and on a shared CPU waits for it (measured under a load average of 12 on 2 cores: 1.25 s on two
+    threads, 0.06 s on one)."""
+    threads = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def ablate(
+    model: VitModel,
+    prepared: PreparedImage,
+    ablations: Sequence[Ablation],
+    replacements: Replacements,
+    target: int | None,
+    on_progress: Callable[[int], None] = lambda _count: None,
+) -> AblationResult:
+    """Every ablation of one image, in batches of the model's batch size, against its clean forward."""
+    clean, ablated = ablation_logits(model, prepared, ablations, replacements, on_progress)
+    clean_probabilities = clean.softmax(dim=-1)
+    probabilities = ablated.softmax(dim=-1)
+    target = int(clean.argmax()) if target is None else target
+    clean_top1 = int(clean.argmax())
+    outcomes = []
+    for row, ablation in enumerate(ablations):
+        top = int(ablated[row].argmax())
+        outcomes.append(
+            AblationOutcome(
+                ablation,
+                float(ablated[row, target]),
+                float(ablated[row, target] - clean[target]),
+                float(probabilities[row, target]),
+                float(probabilities[row, target] - clean_probabilities[target]),
+                ClassProbability(top, model.labels[top], float(probabilities[row, top])),
+                top != clean_top1,
+            )
+        )
+    return AblationResult(
+        prepared.source,
+        model.spec.label,
+        replacements.mode,
+        replacements.description,
+        model.depth,
+        model.num_heads,
+        ClassProbability(target, model.labels[target], float(clean_probabilities[target])),
+        float(clean[target]),
+        ClassProbability(clean_top1, model.labels[clean_top1], float(clean_probabilities[clean_top1])),
+        outcomes,
+    )
+
+
+@dataclass(frozen=True)
+class AblationSpread:
+    """One ablation over several images (each with its own target)."""
+
+    ablation: Ablation
+    images: int
+    mean_logit_change: float
+    mean_probability_change: float
+    top1_changed_fraction: float
+
+
+@dataclass
+class AblationSpreads:
+    weights_label: str
+    mode: str
+    reference: str
+    depth: int
+    num_heads: int
+    spreads: list[AblationSpread]
+
+
+def ablation_spread(results: Sequence[AblationResult]) -> AblationSpreads:
+    """Per ablation, the mean change of each image's target and the fraction of images whose top-1 changed."""
+    first = results[0]
+    spreads = []
+    for index, ablation in enumerate(outcome.ablation for outcome in first.outcomes):
+        outcomes = [result.outcomes[index] for result in results]
+        spreads.append(
+            AblationSpread(
+                ablation,
+                len(outcomes),
+                sum(outcome.logit_change for outcome in outcomes) / len(outcomes),
+                sum(outcome.probability_change for outcome in outcomes) / len(outcomes),
+                sum(outcome.top1_changed for outcome in outcomes) / len(outcomes),
+            )
+        )
+    references = sorted({result.reference for result in results})
+    reference = references[0] if len(references) == 1 else f"{first.mode}: a reference image per image"
+    return AblationSpreads(first.weights_label, first.mode, reference, first.depth, first.num_heads, spreads)

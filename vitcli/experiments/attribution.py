@@ -1,0 +1,188 @@
+"""Direct logit attribution: the target logit (or target - contrast) as a sum of what each component wrote.
+
+In a pre-norm ViT the final rows are x_L = x_0 + sum over blocks of (attention output + MLP output), each sublayer
+output as the model adds it (layer scale and drop path applied). The attention output is the sum over heads of
+z_h W_O,h^T, plus the bias b_O (times layer scale), where z_h is head h's slice of the input of attn.proj. With the
+final LayerNorm's scale frozen (vitcli.experiments.readout) the metric is exactly sum of terms + constant; one
+forward captures every component, and the result carries the reconstruction against the model's own logits.
+
+By token (one block B): head h's output at row r is sum over sources j of A_h[r, j] v_j W_O,h^T, so each source
+token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out; the attention is recomputed from norm1's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vitcli.errors import VitcliError
+from vitcli.experiments.components import caching
+from vitcli.experiments.occlusion import ClassProbability
+from vitcli.experiments.readout import LinearReadout, linear_readout
+from vitcli.grid import PatchGrid
+from vitcli.images import ImageSource
+from vitcli.model import PreparedImage, VitModel, explicit_attention
+
+RECONSTRUCTION_TOLERANCE = 1e-4
+EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS, TOKEN = "embedding", "attn", "mlp", "head", "attn bias", "token"
+
+
+@dataclass(frozen=True)
+class Term:
+    component: str  # EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS or TOKEN
+    block: int | None  # one-based; None for the embedding
+    head: int | None  # one-based, for HEAD and TOKEN
+    token: int | None  # the source token index (0 = CLS, patch n = token n with one prefix token), for TOKEN
+    value: float
+
+
+@dataclass
+class AttributionResult:
+    source: ImageSource
+    weights_label: str
+    by: str  # "block", "head" or "token"
+    block: int | None  # the block of --by token
+    target: ClassProbability
+    contrast: ClassProbability | None
+    model_metric: float  # the model's own target logit (minus the contrast's)
+    constant: float
+    terms: list[Term]  # the decomposition --by asked for: they sum, with the constant, to the metric
+    block_terms: list[Term]  # embedding, then attention and MLP of every block (for the bar chart)
+    head_terms: np.ndarray  # (blocks, heads) per-head terms (for the heat map)
+    bias_terms: np.ndarray  # (blocks,) the attention bias term of each block
+    grid: PatchGrid  # the tokens' names and the patches' places
+    crop: np.ndarray  # (H, W, 3) uint8, for the --by token figure
+
+    @property
+    def token_names(self) -> tuple[str, ...]:
+        return tuple(self.grid.token_name(token) for token in range(self.grid.num_tokens))
+
+    @property
+    def reconstruction(self) -> float:
+        return self.constant + float(np.sum([term.value for term in self.terms]))
+
+    @property
+    def difference(self) -> float:
+        return abs(self.reconstruction - self.model_metric)
+
+
+def attribute(
+    model: VitModel,
+    prepared: PreparedImage,
+    target: int | None,
+    contrast: int | None,
+    by: str,
+    block: int | None = None,
+) -> AttributionResult:
+    """One forward (no backward), every component captured; refused when the terms do not rebuild the metric."""
+    net, depth = model.net, model.depth
+    blocks = range(1, depth + 1)
+    sites = ["blocks.1.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
+    sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_attn_out", "hook_mlp_out")]
+    if by == TOKEN:
+        sites.append(f"blocks.{block}.ln1.hook_normalized")
+    with torch.inference_mode(), caching(net, sites) as cache:
+        logits = net(prepared.input[None].to(model.device))[0].float().cpu()
+    cache = {site: activation[0].double().cpu() for site, activation in cache.items()}
+    target = int(logits.argmax()) if target is None else target
+    readout = linear_readout(net, cache[f"blocks.{depth}.hook_resid_post"], target, contrast)
+    block_terms = [Term(EMBEDDING, None, None, None, readout.term(cache["blocks.1.hook_resid_pre"]))]
+    for b in blocks:
+        for component in (ATTENTION, MLP):
+            block_terms.append(Term(component, b, None, None, readout.term(cache[f"blocks.{b}.hook_{component}_out"])))
+    head_terms, bias_terms = _head_terms(model, cache, readout)
+    terms = _terms(model, cache, readout, by, block, block_terms, head_terms, bias_terms)
+    probabilities = logits.softmax(dim=-1)
+    model_metric = float(logits[target].double() - (logits[contrast].double() if contrast is not None else 0.0))
+    result = AttributionResult(
+        prepared.source,
+        model.spec.label,
+        by,
+        block if by == TOKEN else None,
+        _class(model, target, probabilities),
+        None if contrast is None else _class(model, contrast, probabilities),
+        model_metric,
+        readout.constant,
+        terms,
+        block_terms,
+        head_terms,
+        bias_terms,
+        model.grid,
+        prepared.crop_uint8(),
+    )
+    if not result.difference <= RECONSTRUCTION_TOLERANCE:
+        raise VitcliError(
+            f"self-check failed: the attribution terms plus the constant give {result.reconstruction:.6g} but the "
+            f"model's logit is {model_metric:.6g} (difference {result.difference:.3g}, tolerance "
+            f"{RECONSTRUCTION_TOLERANCE:g})"
+        )
+    return result
+
+
+def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbability:
+    return ClassProbability(index, model.labels[index], float(probabilities[index]))
+
+
+def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:
+    """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
+    and the attention bias's term, (gamma * b_O) . sum of the row directions."""
+    module = model.net.blocks[block - 1]
+    scale = module.ls1.gamma.detach().double().cpu() if hasattr(module.ls1, "gamma") else 1.0
+    scaled = scale * readout.directions  # (tokens, width)
+    proj = module.attn.proj
+    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
+    bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
+    return per_head, bias
+
+
+def _head_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout) -> tuple[np.ndarray, np.ndarray]:
+    heads = np.zeros((model.depth, model.num_heads))
+    biases = np.zeros(model.depth)
+    for b in range(1, model.depth + 1):
+        per_head, biases[b - 1] = _readout_vectors(model, b, readout)
+        z = cache[f"blocks.{b}.attn.hook_z"]  # (tokens, heads, head_dim)
+        heads[b - 1] = torch.einsum("rhd,rhd->h", z, per_head).numpy()
+    return heads, biases
+
+
+def _terms(
+    model: VitModel,
+    cache: dict[str, Tensor],
+    readout: LinearReadout,
+    by: str,
+    block: int | None,
+    block_terms: list[Term],
+    head_terms: np.ndarray,
+    bias_terms: np.ndarray,
+) -> list[Term]:
+    if by == "block":
+        return block_terms
+    terms = [block_terms[0]]
+    for b in range(1, model.depth + 1):
+        attention, mlp = block_terms[2 * b - 1], block_terms[2 * b]
+        if by == "head":
+            terms += [Term(HEAD, b, h + 1, None, float(head_terms[b - 1, h])) for h in range(model.num_heads)]
+        elif b == block:
+            terms += _token_terms(model, cache, readout, b)
+        else:
+            terms += [attention, mlp]
+            continue
+        terms += [Term(ATTENTION_BIAS, b, None, None, float(bias_terms[b - 1])), mlp]
+    return terms
+
+
+def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> list[Term]:
+    """Each (head, source token) part of block `block`'s head terms."""
+    module = model.net.blocks[block - 1]
+    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(module.attn.qkv.weight)
+    with torch.inference_mode():
+        _, _, v, attention, _ = explicit_attention(module.attn, normed)
+    per_head, _ = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
+    # part[h, j] = sum over rows r of A_h[r, j] (v_j,h . per_head[r, h]): source j's value as row r reads it
+    parts = torch.einsum("hrj,hjd,rhd->hj", attention[0].double().cpu(), v[0].double().cpu(), per_head)
+    return [
+        Term(TOKEN, block, h + 1, j, float(parts[h, j])) for h in range(parts.shape[0]) for j in range(parts.shape[1])
+    ]

@@ -1,0 +1,210 @@
+"""Direct logit attribution as a table, CSV rows, JSON, figures (bars and a heads heat map, or per-head token maps)
+and a summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from vitcli.experiments.attribution import (
+    ATTENTION,
+    EMBEDDING,
+    MLP,
+    RECONSTRUCTION_TOLERANCE,
+    TOKEN,
+    AttributionResult,
+    Term,
+)
+from vitcli.render import weights_caption
+
+DEFINITION = (
+    "metric = target logit (minus the contrast's); final rows = embedding + every block's attention and MLP outputs "
+    "(layer scale applied) and attention = sum of heads + bias; with the final LayerNorm's scale frozen at this "
+    "image's value, metric = sum of terms + constant (LayerNorm bias and head bias)"
+)
+SHOWN_TOKENS = 12  # the table's share of --by token: the largest source-token terms
+
+
+def _metric_text(result: AttributionResult) -> str:
+    target = f"{result.target.index} {result.target.label.split(',')[0]}"
+    if result.contrast is None:
+        return f"logit of {target}"
+    return f"logit of {target} - logit of {result.contrast.index} {result.contrast.label.split(',')[0]}"
+
+
+def _check_text(result: AttributionResult) -> str:
+    return (
+        f"sum of terms + constant {result.constant:.6g} = {result.reconstruction:.6g}; "
+        f"model: {result.model_metric:.6g}; "
+        f"|difference| {result.difference:.2g} (at most {RECONSTRUCTION_TOLERANCE:g})"
+    )
+
+
+def component_name(term: Term, token_names: tuple[str, ...]) -> str:
+    """4.attn, 4.mlp, 4.2 (head 2 of block 4), 4.bias, 4.2.P63, embedding."""
+    if term.component == EMBEDDING:
+        return EMBEDDING
+    if term.component in (ATTENTION, MLP):
+        return f"{term.block}.{term.component}"
+    if term.component == TOKEN:
+        return f"{term.block}.{term.head}.{token_names[term.token]}"
+    return f"{term.block}.{term.head}" if term.head is not None else f"{term.block}.bias"
+
+
+def table(result: AttributionResult) -> Table:
+    view = Table(
+        title=f"{result.source.path}\ndirect logit attribution of the {_metric_text(result)}, by {result.by}",
+        caption=f"{DEFINITION}\n{_check_text(result)}\n{weights_caption(result.weights_label)}",
+    )
+    embedding = result.block_terms[0].value
+    if result.by == "block":
+        for column in ("block", "attn", "mlp"):
+            view.add_column(column, justify="right")
+        view.add_row("embedding", f"{embedding:.4g}", "")
+        for block in range(1, len(result.bias_terms) + 1):
+            view.add_row(
+                str(block), *(f"{term.value:.4g}" for term in result.block_terms[2 * block - 1 : 2 * block + 1])
+            )
+        return view
+    if result.by == "head":
+        heads = result.head_terms.shape[1]
+        for column in ("block", *(f"head {h}" for h in range(1, heads + 1)), "attn bias", "mlp"):
+            view.add_column(column, justify="right")
+        view.add_row("embedding", f"{embedding:.4g}", *[""] * (heads + 1))
+        for block, row in enumerate(result.head_terms, start=1):
+            mlp = result.block_terms[2 * block].value
+            view.add_row(
+                str(block), *(f"{value:.4g}" for value in row), f"{result.bias_terms[block - 1]:.4g}", f"{mlp:.4g}"
+            )
+        return view
+    for column in ("source token", "head", "term"):
+        view.add_column(column, justify="right")
+    tokens = sorted((term for term in result.terms if term.component == TOKEN), key=lambda term: -abs(term.value))
+    for term in tokens[:SHOWN_TOKENS]:
+        view.add_row(result.token_names[term.token], str(term.head), f"{term.value:.4g}")
+    rest = sum(term.value for term in result.terms if term.component != TOKEN)
+    view.add_row("...", "", "")
+    view.add_row(f"all {len(tokens)} token terms", "", f"{sum(term.value for term in tokens):.4g}")
+    view.add_row("every other component", "", f"{rest:.4g}")
+    return view
+
+
+def rows(result: AttributionResult) -> list[dict[str, Any]]:
+    return [
+        {
+            "component": term.component,
+            "name": component_name(term, result.token_names),
+            "block": term.block,
+            "head": term.head,
+            "token": term.token,
+            "token_name": None if term.token is None else result.token_names[term.token],
+            "target_class": result.target.index,
+            "contrast_class": None if result.contrast is None else result.contrast.index,
+            "term": term.value,
+        }
+        for term in result.terms
+    ]
+
+
+def document(result: AttributionResult) -> dict[str, Any]:
+    def described(chosen: Any) -> dict[str, Any] | None:
+        if chosen is None:
+            return None
+        return {"class_index": chosen.index, "label": chosen.label, "probability": chosen.probability}
+
+    return {
+        "weights": result.weights_label,
+        "definition": DEFINITION,
+        "by": result.by,
+        "block": result.block,
+        "target": described(result.target),
+        "contrast": described(result.contrast),
+        "reconstruction": {
+            "model_metric": result.model_metric,
+            "constant": result.constant,
+            "sum_of_terms_plus_constant": result.reconstruction,
+            "abs_difference": result.difference,
+            "tolerance": RECONSTRUCTION_TOLERANCE,
+        },
+        "terms": [{key: value for key, value in row.items() if not key.endswith("_class")} for row in rows(result)],
+        "head_terms": result.head_terms.tolist(),
+        "attention_bias_terms": result.bias_terms.tolist(),
+    }
+
+
+def figure(result: AttributionResult) -> Any:
+    from vitcli import figures
+
+    fig = _token_figure(result) if result.by == TOKEN else _block_figure(result)
+    figures.title(
+        fig, f"{result.source.path.name}: direct logit attribution of the {_metric_text(result)}", result.weights_label
+    )
+    return fig
+
+
+def _block_figure(result: AttributionResult) -> Any:
+    """Bars: the embedding, then attention and MLP side by side per block; heat map: blocks x heads around 0."""
+    from vitcli import figures
+
+    depth, heads = result.head_terms.shape
+    fig, (bars, heat) = figures.plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained", width_ratios=[2, 1])
+    blocks = np.arange(1, depth + 1)
+    attention = [term.value for term in result.block_terms[1::2]]
+    mlp = [term.value for term in result.block_terms[2::2]]
+    bars.bar([0], [result.block_terms[0].value], 0.7, color="gray", label="embedding")
+    bars.bar(blocks - 0.18, attention, 0.36, label="attention")
+    bars.bar(blocks + 0.18, mlp, 0.36, label="MLP")
+    bars.axhline(0, color="black", linewidth=0.6)
+    bars.set_xticks(range(depth + 1), ["emb", *(str(block) for block in blocks)])
+    bars.set_xlabel("block (counting from 1)")
+    bars.set_ylabel("term (logit units)")
+    bars.legend(fontsize=8)
+    bars.set_title(_check_text(result), fontsize=8)
+    limit = float(np.abs(result.head_terms).max()) or 1.0
+    image = heat.imshow(result.head_terms, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
+    heat.set_xticks(range(heads), [str(h) for h in range(1, heads + 1)])
+    heat.set_yticks(range(depth), [str(block) for block in blocks])
+    heat.set_xlabel("head")
+    heat.set_ylabel("block")
+    heat.set_title("per-head terms (0 = white)", fontsize=9)
+    fig.colorbar(image, ax=heat, shrink=0.85)
+    return fig
+
+
+def _token_figure(result: AttributionResult) -> Any:
+    """One map per head of the block over the crop: each patch's term through that head; prefix tokens in the title."""
+    from vitcli import figures
+
+    grid, heads = result.grid, result.head_terms.shape[1]
+    tokens = [term for term in result.terms if term.component == TOKEN]
+    values = np.zeros((heads, len(result.token_names)))
+    for term in tokens:
+        values[term.head - 1, term.token] = term.value
+    prefix = grid.num_prefix
+    columns = min(heads, 4)
+    fig, panels = figures.figure(columns, 4.0, rows=-(-heads // columns))
+    limit = float(np.abs(values).max()) or 1.0
+    mappable = None
+    for head, panel in enumerate(panels[:heads]):
+        mappable = figures.overlay(
+            panel, result.crop, values[head, prefix:].reshape(grid.rows, grid.cols), "RdBu_r", -limit, limit, alpha=0.75
+        )
+        named = ", ".join(f"{name} {values[head, index]:.3g}" for index, name in enumerate(result.token_names[:prefix]))
+        panel.set_title(f"block {result.block} head {head + 1}: sum {values[head].sum():.3g}\n{named}", fontsize=8)
+    for panel in panels[heads:]:
+        panel.set_visible(False)
+    fig.colorbar(mappable, ax=panels, shrink=0.8, label="term through the head (logit units)")
+    return fig
+
+
+def summary(result: AttributionResult) -> dict[str, Any]:
+    largest = max(result.terms, key=lambda term: abs(term.value))
+    return {
+        "attribute_target_class": result.target.index,
+        "attribute_metric": result.model_metric,
+        "attribute_abs_difference": result.difference,
+        "attribute_largest_component": component_name(largest, result.token_names),
+        "attribute_largest_term": largest.value,
+    }
