@@ -48,13 +48,12 @@ def missing_parts(net: VisionTransformer) -> str | None:
     """What a (meta or loaded) net lacks for these sites, naming the first block that lacks it; None: nothing."""
     for number, block in enumerate(net.blocks, start=1):
         kind = type(block).__name__
-        if type(block) is not Block:
-            return f"block {number} is a {kind}, not timm's pre-norm Block (norm1, attn, ls1, norm2, mlp, ls2)"
-        proj = getattr(getattr(block, "attn", None), "proj", None)
-        if not isinstance(proj, nn.Linear):
+        if not isinstance(getattr(getattr(block, "attn", None), "proj", None), nn.Linear):
             return f"block {number} ({kind}) has no attn.proj Linear"
         if not isinstance(getattr(block, "mlp", None), nn.Module):
             return f"block {number} ({kind}) has no mlp"
+        if type(block) is not Block:
+            return f"block {number} is a {kind}, not timm's pre-norm Block (norm1, attn, ls1, norm2, mlp, ls2)"
     return None
 
 
