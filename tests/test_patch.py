@@ -277,11 +277,11 @@ def test_patch_command_on_the_default_model(cli, workdir, vit, newfoundland, per
     """The lecture's pair through ViT-Tiny: files, M against the model's own logits, scores and correlations
     consistent with each other."""
     result = cli(
-        "patch", newfoundland, persian, *RANDOM_CPU, "--sites", "attention", "--sites", "heads",
-        "--method", "activation", "--method", "attribution", "-q",
+        "patch", newfoundland, persian, *RANDOM_CPU, "--sites", "attention", "--method", "activation",
+        "--method", "attribution", "-q",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    found = list((workdir / "outputs").glob("*/*/patch-from-newfoundland_31-*-ttop1-cauto-sattention_heads-*.json"))
+    found = list((workdir / "outputs").glob("*/*/patch-from-newfoundland_31-*-ttop1-cauto-sattention-*.json"))
     assert len(found) == 1, found
     name = found[0].name.removesuffix(".json")
     files = result_files(workdir / "outputs", name)
@@ -294,9 +294,7 @@ def test_patch_command_on_the_default_model(cli, workdir, vit, newfoundland, per
     assert target == int(logits[0].argmax()) and contrast == int(logits[1].argmax())
     for side, row in (("m_clean", 0), ("m_corrupt", 1)):
         assert document["metric"][side] == pytest.approx(float(logits[row, target] - logits[row, contrast]), abs=1e-4)
-    heads = document["sites"]["heads"]
-    assert np.array(heads["activation"]).shape == (12, 3)
-    assert heads["pearson"] == pytest.approx(
-        pearsonr(np.ravel(heads["activation"]), np.ravel(heads["attribution"])).statistic
-    )
-    assert len(files["csv"].read_text().strip().splitlines()) == 1 + 12 + 36
+    attention = document["sites"]["attention"]
+    assert np.array(attention["activation"]).shape == (12,)
+    assert attention["pearson"] == pytest.approx(pearsonr(attention["activation"], attention["attribution"]).statistic)
+    assert len(files["csv"].read_text().strip().splitlines()) == 1 + 12

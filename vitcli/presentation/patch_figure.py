@@ -95,7 +95,8 @@ def _bars(panel: Any, sublayers: list[KindScores]) -> None:
         x = np.arange(1, len(values) + 1) + (position - (len(sublayers) - 1) / 2) * width
         panel.bar(x, values, width, label=scores.kind)
         if scores.activation is not None and scores.attribution is not None:
-            panel.plot(x, scores.attribution, "k.", markersize=5, label=f"{scores.kind} attribution estimate")
+            marker = "k." if position == 0 else "kx"  # attribution estimates in black, one marker per kind
+            panel.plot(x, scores.attribution, marker, markersize=5, label=f"{scores.kind} attribution estimate")
     panel.axhline(0, color="black", linewidth=0.6)
     panel.set_xticks(range(1, len(_shown(sublayers[0])) + 1))
     panel.set_xlabel("block")
