@@ -12,8 +12,16 @@ from vitcli.context import CommandContext
 from vitcli.errors import UsageError
 from vitcli.jobs import Job, Presentation
 from vitcli.naming import image_subject, result_name, set_subject, setting
-from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+
+PairArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="CLEAN CORRUPT",
+        help="Two image files: CLEAN (whose activations are put back), then CORRUPT (the run that is patched).",
+        show_default=False,
+    ),
+]
 
 
 class SiteKind(str, Enum):
@@ -118,7 +126,7 @@ def _pair(arguments: list[str] | None) -> tuple[Path, Path]:
 )
 def patch_command(
     context: CommandContext,
-    images: ImagesArgument = None,
+    images: PairArgument = None,
     target: TargetOption = None,
     contrast: Annotated[
         str | None,
@@ -151,7 +159,7 @@ def patch_command(
     ] = None,
 ) -> None:
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
-    output, head), and score how much of M = logit(target) - logit(contrast) it restores; IMAGE is CLEAN CORRUPT."""
+    output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
     from vitcli.experiments.patching import patch_images
     from vitcli.runner import _ProgressSteps, progress_display
 
