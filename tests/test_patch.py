@@ -30,6 +30,7 @@ from vitcli.presentation.patch_figure import residual_image
 from conftest import RANDOM_CPU, result_files, small_vit
 
 MODEL = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # small forwards; the cores are shared
 
 
 def _biased(model):
