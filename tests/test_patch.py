@@ -119,8 +119,8 @@ def test_batched_hooked_patching_equals_explicit_patched_forwards(small, pair_im
     """Every site of every kind (batches of 5 straddling blocks, runs starting at the earliest block) against a
     patched forward written out without hooks.
 
-    Seen to fail when a batch started one block late (`start = min(block)`), when the heads slice was off by one
-    head, and when the attention site was hooked after ls1 instead of at the module's output."""
+    Seen to fail when a batch started one block late (`start = min(block)`) and when the heads slice was off by one
+    head (`index * head_dim`)."""
     net = small.net
     clean, corrupt = pair_images
     with torch.inference_mode():
@@ -158,7 +158,8 @@ def test_attribution_equals_a_finite_difference_of_activation_patching(newfoundl
     """In float64, the estimate (a_clean - a_corrupt) . dM/da equals the central difference
     (M(lerp alpha) - M(lerp -alpha)) / (2 alpha), alpha = 1e-4, to 1e-6 of the largest estimate, at every site.
 
-    Seen to fail when the gradient was taken of the CLEAN run, and when heads were summed over the wrong axis."""
+    Seen to fail when the difference was a_corrupt - a_clean, and when the heads' features were grouped
+    interleaved (`reshape(blocks, tokens, head_dim, heads)`)."""
     model = _biased(small_vit(MODEL, depth=3, img_size=64, init_values=0.5))
     model.net.double()
     clean, corrupt = model.prepare(newfoundland), model.prepare(persian)
@@ -178,7 +179,7 @@ def test_attribution_equals_a_finite_difference_of_activation_patching(newfoundl
 def test_clean_equal_to_corrupt_is_refused_without_dividing_by_zero(small, pair_images):
     """The same image twice: M_clean = M_corrupt exactly, refused (exit 1) before any patched forward.
 
-    Seen to fail (a ZeroDivision-free NaN score table was returned) when the check was removed."""
+    Seen to fail (no refusal: a table of NaN scores) when the check was removed."""
     clean, _ = pair_images
     with pytest.raises(VitcliError, match=r"M_clean = M_corrupt .* is undefined") as refused:
         patch_images(small, clean, clean)
