@@ -206,7 +206,9 @@ def test_default_classes_target_clean_top1_contrast_corrupt_top1_or_its_second(s
 
 
 def test_result_scores_and_correlations(small, pair_images, pair):
-    """The result's arrays are the patched metrics normalized, in block-major order; the correlations are scipy's."""
+    """The result's arrays are the patched metrics normalized, in block-major order; the correlations are scipy's.
+
+    Seen to fail when correlations() returned Spearman's as Pearson's and the other way round."""
     clean, corrupt = pair_images
     result = patch_images(small, clean, corrupt, methods=("activation", "attribution"))
     heads = next(scores for scores in result.kinds if scores.kind == "heads")
@@ -222,6 +224,7 @@ def test_result_scores_and_correlations(small, pair_images, pair):
 
 
 def test_sites_are_refused_on_blocks_without_attn_proj(small):
+    """Seen to fail when missing_parts looked for attn.qkv instead of attn.proj."""
     skeleton = small_vit(MODEL, depth=2, img_size=64).net
     assert missing_parts(skeleton) is None
     del skeleton.blocks[1].attn.proj
@@ -229,6 +232,7 @@ def test_sites_are_refused_on_blocks_without_attn_proj(small):
 
 
 def test_residual_image_puts_cls_beside_the_grid(small):
+    """Seen to fail when the prefix tokens were drawn in the blank column (`grid.cols`)."""
     grid = small.grid
     scores = np.arange(grid.num_tokens, dtype=float)
     image = residual_image(grid, scores)
@@ -266,6 +270,7 @@ def no_model_load(monkeypatch):
 def test_usage_errors_are_one_line_and_exit_2_before_the_model_loads(
     cli, workdir, newfoundland, persian, no_model_load, arguments, message
 ):
+    """Seen to fail (the model was loaded) when the count of images was not checked."""
     copy = workdir / "copy.jpg"
     shutil.copyfile(newfoundland, copy)
     names = {"dog": newfoundland, "cat": persian, "copy": copy}
@@ -277,7 +282,7 @@ def test_usage_errors_are_one_line_and_exit_2_before_the_model_loads(
 
 def test_patch_command_on_the_default_model(cli, workdir, vit, newfoundland, persian):
     """The lecture's pair through ViT-Tiny: files, M against the model's own logits, scores and correlations
-    consistent with each other."""
+    consistent with each other. Seen to fail when the JSON's m_corrupt was M_clean."""
     result = cli(
         "patch", newfoundland, persian, *RANDOM_CPU, "--sites", "attention", "--method", "activation",
         "--method", "attribution", "-q",

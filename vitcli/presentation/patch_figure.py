@@ -40,7 +40,6 @@ def residual_image(grid: PatchGrid, scores: np.ndarray) -> np.ndarray:
 
 
 def patch_figure(result: PatchResult) -> Any:
-    from matplotlib import colormaps
     from matplotlib import pyplot as plt
 
     from vitcli import figures
@@ -65,19 +64,7 @@ def patch_figure(result: PatchResult) -> Any:
     if result.pearson is not None:
         _scatter(fig.add_subplot(layout[0, 5]), result)
     if residual is not None:
-        cmap = colormaps[DIVERGING].copy()
-        cmap.set_bad("white")
-        scores = _shown(residual)
-        limit = _symmetric(scores)
-        for block in range(blocks):
-            panel = fig.add_subplot(layout[1 + block // COLUMNS, block % COLUMNS])
-            image = panel.imshow(
-                residual_image(result.grid, scores[block]), cmap=cmap, vmin=-limit, vmax=limit, interpolation="nearest"
-            )
-            panel.set_xticks([result.grid.cols + 1], ["CLS"] if result.grid.num_prefix == 1 else ["prefix"], fontsize=7)
-            panel.set_yticks([])
-            panel.set_title(f"residual entering block {block + 1}", fontsize=8)
-        fig.colorbar(image, ax=fig.axes[-1], shrink=0.8, label="score")
+        _residual_maps(fig, [fig.add_subplot(layout[1 + b // COLUMNS, b % COLUMNS]) for b in range(blocks)], result)
     method = "activation patching" if result.kinds[0].activation is not None else "attribution estimate"
     figures.title(
         fig,
@@ -86,6 +73,27 @@ def patch_figure(result: PatchResult) -> Any:
         result.weights,
     )
     return fig
+
+
+def _residual_maps(fig: Any, panels: list[Any], result: PatchResult) -> None:
+    """One map per block on one colour scale set by the patch rows (the prefix rows, often far larger once the CLS
+    row carries the answer, would wash them out): the CLS value is printed under its cell, whose colour clips."""
+    from matplotlib import colormaps
+
+    cmap = colormaps[DIVERGING].copy()
+    cmap.set_bad("white")
+    grid = result.grid
+    scores = _shown(next(scores for scores in result.kinds if scores.kind == "residual"))
+    limit = _symmetric(scores[:, grid.num_prefix :])
+    for block, panel in enumerate(panels):
+        image = panel.imshow(
+            residual_image(grid, scores[block]), cmap=cmap, vmin=-limit, vmax=limit, interpolation="nearest"
+        )
+        prefix = f"CLS {scores[block, 0]:+.3f}" if grid.num_prefix == 1 else "prefix"
+        panel.set_xticks([grid.cols + 1], [prefix], fontsize=7, ha="right")
+        panel.set_yticks([])
+        panel.set_title(f"residual entering block {block + 1}", fontsize=8)
+    fig.colorbar(image, ax=panels, shrink=0.6, label="score (the patch rows' scale; CLS printed)")
 
 
 def _bars(panel: Any, sublayers: list[KindScores]) -> None:
