@@ -99,8 +99,8 @@ def _residual_table(result: PatchResult, residual: KindScores) -> Table:
     grid = _any_array(residual)
     strongest = np.argsort(np.abs(grid), axis=None)[::-1][:SHOWN]
     table_ = Table(
-        title=f"residual: one row entering a block; the {SHOWN} largest |scores| ({_methods_note(result)})",
-        caption="every block and token is in the CSV, the JSON and the figure",
+        title=f"residual rows entering a block: the {SHOWN} largest |scores|",
+        caption=f"({_methods_note(result)}) every block and token is in the CSV, the JSON and the figure",
     )
     for column in ("block", "token", "score"):
         table_.add_column(column, justify="right")
