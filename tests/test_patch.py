@@ -305,3 +305,37 @@ def test_patch_command_on_the_default_model(cli, workdir, vit, newfoundland, per
     assert np.array(attention["activation"]).shape == (12,)
     assert attention["pearson"] == pytest.approx(pearsonr(attention["activation"], attention["attribution"]).statistic)
     assert len(files["csv"].read_text().strip().splitlines()) == 1 + 12
+
+
+def test_presentation_shows_what_the_result_holds(small, pair_images):
+    """Rows, JSON and figure carry the result's arrays unchanged, heads and blocks counted from one.
+
+    Seen to fail when the rows' heads counted from zero (`head = where[1]`)."""
+    import matplotlib.pyplot as plt
+
+    from vitcli.presentation import patch as view
+
+    clean, corrupt = pair_images
+    result = patch_images(small, clean, corrupt, methods=("activation", "attribution"))
+    rows = view.rows(result)
+    tokens, depth, heads = small.grid.num_tokens, small.depth, small.num_heads
+    assert len(rows) == depth * (tokens + 2 + heads)
+    scores = {scores.kind: scores for scores in result.kinds}
+    for row in rows:
+        where = row["block"] - 1 if row["kind"] in ("attention", "mlp") else None
+        if row["kind"] == "heads":
+            where = (row["block"] - 1, row["head"] - 1)
+        elif row["kind"] == "residual":
+            where = (row["block"] - 1, row["token"])
+            assert row["token_name"] == ("CLS" if row["token"] == 0 else f"P{row['token']}")
+        assert row["activation"] == float(scores[row["kind"]].activation[where])
+        assert row["attribution"] == float(scores[row["kind"]].attribution[where])
+    document = json.loads(json.dumps(view.document(result)))
+    assert np.array_equal(np.array(document["sites"]["residual"]["activation"]), scores["residual"].activation)
+    assert document["metric"]["m_clean"] == result.m_clean and document["token_names"][1] == "P1"
+    figure = view.figure(result)
+    heat_map = next(panel for panel in figure.axes if panel.get_title().startswith("heads"))
+    assert np.array_equal(heat_map.images[0].get_array(), scores["heads"].activation)
+    plt.close(figure)
+    summary = view.summary(result)
+    assert summary["patch_pearson"] == result.pearson

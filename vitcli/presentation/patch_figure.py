@@ -80,8 +80,7 @@ def _residual_maps(fig: Any, panels: list[Any], result: PatchResult) -> None:
     row carries the answer, would wash them out): the CLS value is printed under its cell, whose colour clips."""
     from matplotlib import colormaps
 
-    cmap = colormaps[DIVERGING].copy()
-    cmap.set_bad("white")
+    cmap = colormaps[DIVERGING].with_extremes(bad="white")
     grid = result.grid
     scores = _shown(next(scores for scores in result.kinds if scores.kind == "residual"))
     limit = _symmetric(scores[:, grid.num_prefix :])
