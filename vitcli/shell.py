@@ -80,6 +80,7 @@ COMMAND_PANELS = {
         "One photo through the model (the lecture's steps)",
     ),
     **dict.fromkeys(("trace", "compare", "lens", "explain", "probe"), "Deeper: traces, comparisons, explanations"),
+    **dict.fromkeys(("patch",), "Deeper: traces, comparisons, explanations"),
     **dict.fromkeys(("run", "merge", "report"), "Many images and experiments"),
 }
 EXIT_INTERRUPTED = 130

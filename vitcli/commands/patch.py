@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vitcli.commands.explain import resolve_target_text
+from vitcli.commands.occlude import TargetOption
+from vitcli.context import CommandContext
+from vitcli.errors import UsageError
+from vitcli.jobs import Job, Presentation
+from vitcli.naming import image_subject, result_name, set_subject, setting
+from vitcli.shell import vitcli_command
+
+PairArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="CLEAN CORRUPT",
+        help="Two image files: CLEAN (whose activations are put back), then CORRUPT (the run that is patched).",
+        show_default=False,
+    ),
+]
+
+
+class SiteKind(str, Enum):
+    residual = "residual"
+    attention = "attention"
+    mlp = "mlp"
+    heads = "heads"
+
+
+class Method(str, Enum):
+    activation = "activation"
+    attribution = "attribution"
+
+
+class PatchJob(Job):
+    """One result about an ordered pair of images (CLEAN, CORRUPT): computed by the command, not per image, so like
+    `compare` it is not an experiment of `vitcli run`."""
+
+    command = "patch"
+
+    def __init__(self, clean: Path, target: str | None, contrast: str | None, sites: list[str], methods: list[str]):
+        self.clean = clean
+        self.target_text, self.contrast_text = target, contrast
+        self.sites = [kind.value for kind in SiteKind if kind.value in sites]  # canonical order, once each
+        self.methods = [method.value for method in Method if method.value in methods]
+        self.target: int | None = None  # resolved by check()
+        self.contrast: int | None = None
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.patch_sites import require_sites
+        from vitcli.loading import require_vit
+
+        self.target = resolve_target_text(architecture, self.target_text)
+        if self.contrast_text is not None:
+            from vitcli.classes import resolve_class
+
+            self.contrast = resolve_class(architecture.labels, self.contrast_text, "--contrast")
+        if self.contrast is not None and self.contrast == self.target:
+            raise UsageError(
+                f"--contrast {self.contrast} is the --target class: M = logit(target) - logit(contrast) would be 0; "
+                "give two different classes"
+            )
+        require_sites(require_vit(architecture.name), architecture.name)
+
+    def name(self) -> str:
+        return result_name(
+            "patch",
+            f"from-{image_subject(self.clean)}",
+            setting("t", "top1" if self.target is None else self.target),
+            setting("c", "auto" if self.contrast is None else self.contrast),
+            setting("s", self.sites),
+            setting("m", self.methods),
+        )
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "clean": str(self.clean),
+            "target": self.target if self.target is not None else "CLEAN's top-1",
+            "contrast": self.contrast if self.contrast is not None else "CORRUPT's top-1 (its second if the target)",
+            "sites": self.sites,
+            "methods": self.methods,
+        }
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import patch as view
+
+        return Presentation.of(view, result)
+
+
+def _pair(arguments: list[str] | None) -> tuple[Path, Path]:
+    """CLEAN and CORRUPT: two arguments, each one image file, not the same file."""
+    from vitcli.hashing import file_sha256
+    from vitcli.images import resolve_images
+
+    given = list(arguments or [])
+    if len(given) != 2:
+        listed = f": {', '.join(given)}" if given else ""
+        raise UsageError(f"patch needs exactly two images, CLEAN then CORRUPT; got {len(given)}{listed}")
+    paths = []
+    for role, argument in zip(("CLEAN", "CORRUPT"), given, strict=True):
+        found = resolve_images([argument])
+        if len(found) != 1:
+            raise UsageError(f"{role} must be one image file, but {argument} holds {len(found)} images")
+        paths.append(found[0])
+    clean, corrupt = paths
+    if clean.resolve() == corrupt.resolve() or file_sha256(clean) == file_sha256(corrupt):
+        raise UsageError(
+            f"CLEAN and CORRUPT are the same image ({clean}, {corrupt}): M_clean = M_corrupt, so the score "
+            "(M_patched - M_corrupt) / (M_clean - M_corrupt) is undefined; give two different images"
+        )
+    return clean, corrupt
+
+
+@vitcli_command(
+    "patch",
+    examples=[
+        "vitcli patch examples/images/newfoundland_31.jpg examples/images/Persian_98.jpg",
+        "vitcli patch examples/images/newfoundland_31.jpg examples/images/Persian_98.jpg --sites heads "
+        "--method activation --method attribution",
+        "vitcli patch dog.jpg cat.jpg --target 256 --contrast 283 --sites attention --sites mlp --format json",
+    ],
+)
+def patch_command(
+    context: CommandContext,
+    images: PairArgument = None,
+    target: TargetOption = None,
+    contrast: Annotated[
+        str | None,
+        typer.Option(
+            "--contrast",
+            help="The class subtracted in M = logit(target) - logit(contrast): an index or a label. Default: "
+            "CORRUPT's top-1, or its second when that is the target.",
+            show_default=False,
+        ),
+    ] = None,
+    sites: Annotated[
+        list[SiteKind] | None,
+        typer.Option(
+            "--sites",
+            "-s",
+            help="Where to patch, repeatable: residual (one row entering a block; blocks x tokens forwards), "
+            "attention, mlp (a block's output), heads (one head's slice of attn.proj's input). Default: all four.",
+            show_default=False,
+        ),
+    ] = None,
+    methods: Annotated[
+        list[Method] | None,
+        typer.Option(
+            "--method",
+            help="activation: one patched forward per site; attribution: the first-order estimate "
+            "(a_clean - a_corrupt) . dM/da from 2 forwards and 1 backward. Repeat for both (and their correlation). "
+            "Default: activation.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
+    output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
+    from vitcli.experiments.patching import patch_images
+    from vitcli.runner import _ProgressSteps, progress_display
+
+    chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
+    chosen_methods = [method.value for method in (methods or [Method.activation])]
+    clean_path, corrupt_path = _pair(images)
+    job = PatchJob(clean_path, target, contrast, chosen_sites, chosen_methods)
+    context.check([job])
+    model = context.model()
+    clean, corrupt = model.prepare(clean_path), model.prepare(corrupt_path)
+    with progress_display(context.show_progress(1)) as progress:
+        result = patch_images(
+            model, clean, corrupt, job.sites, job.methods, job.target, job.contrast, _ProgressSteps(progress)
+        )
+    subject = {"clean": clean.source.to_json(), "corrupt": corrupt.source.to_json()}
+    context.publish([(job, result, set_subject([clean_path, corrupt_path]), subject)], context.provenance(model))

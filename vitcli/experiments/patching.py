@@ -1,0 +1,289 @@
+"""Activation patching between two images (`vitcli patch CLEAN CORRUPT`), and its first-order estimate.
+
+M = logit(target) - logit(contrast). Run CORRUPT and at one site put back CLEAN's activation (patch_sites): the score
+(M_patched - M_corrupt) / (M_clean - M_corrupt) is 1 when that site alone restores the clean metric and 0 when it
+changes nothing. Patched runs are batched (one row per site) and start at the earliest block a batch patches, from
+CORRUPT's rows entering it (the blocks before are CORRUPT's own run). Attribution patching estimates every site at
+once from one forward of each image and one backward of CORRUPT's M: (a_clean - a_corrupt) . dM/da.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.experiments.patch_sites import KINDS, Site, capturing, logits_from, patching, require_sites, stack_captured
+from vitcli.experiments.predict import ClassScore, top_classes
+from vitcli.experiments.trace import full_float32
+from vitcli.grid import PatchGrid
+from vitcli.images import ImageSource
+from vitcli.jobs import Steps
+from vitcli.model import PreparedImage, VitModel
+
+METHODS = ("activation", "attribution")
+# |M_clean - M_corrupt| at or below this is "equal": the score's denominator would be float32 rounding noise.
+DENOMINATOR_TOLERANCE = 1e-5
+TOP_SHOWN = 3
+
+
+@dataclass
+class PairRun:
+    """Both images' activations at every site (kind -> (blocks, tokens, width)), their logits, the classes of M and,
+    for attribution, the gradient of CORRUPT's M at every site."""
+
+    clean: dict[str, Tensor]
+    corrupt: dict[str, Tensor]
+    clean_logits: Tensor  # (classes,) float64 on the CPU
+    corrupt_logits: Tensor
+    target: int
+    contrast: int
+    target_rule: str  # how the class was chosen: "given", "CLEAN's top-1", ...
+    contrast_rule: str
+    gradients: dict[str, Tensor] | None
+
+    def metric(self, logits: Tensor) -> Tensor:
+        """M of each row of (rows, classes) logits, float64."""
+        return logits[..., self.target].double() - logits[..., self.contrast].double()
+
+    @property
+    def m_clean(self) -> float:
+        return float(self.metric(self.clean_logits))
+
+    @property
+    def m_corrupt(self) -> float:
+        return float(self.metric(self.corrupt_logits))
+
+
+@dataclass
+class ImageSide:
+    source: ImageSource
+    crop: np.ndarray  # (H, W, 3) uint8, for figures
+    top: list[ClassScore]
+    m: float  # logit(target) - logit(contrast) of this image
+
+
+@dataclass
+class KindScores:
+    """The scores of one kind of site, shaped (blocks, tokens) for residual, (blocks,) for attention and mlp,
+    (blocks, heads) for heads; None for a method not asked for."""
+
+    kind: str
+    activation: np.ndarray | None  # (M_patched - M_corrupt) / (M_clean - M_corrupt)
+    attribution: np.ndarray | None  # the first-order estimate of the same score
+    pearson: float | None  # between the two methods over this kind's sites (both asked, and both vary)
+    spearman: float | None
+
+
+@dataclass
+class PatchResult:
+    weights: str
+    model_name: str
+    grid: PatchGrid
+    clean: ImageSide
+    corrupt: ImageSide
+    target: int
+    target_label: str
+    target_rule: str
+    contrast: int
+    contrast_label: str
+    contrast_rule: str
+    methods: list[str]
+    kinds: list[KindScores]
+    patched_forwards: int  # one per site patched by activation (0 for attribution alone)
+    pearson: float | None  # over every site of every kind
+    spearman: float | None
+
+    @property
+    def m_clean(self) -> float:
+        return self.clean.m
+
+    @property
+    def m_corrupt(self) -> float:
+        return self.corrupt.m
+
+
+def sites_of(kind: str, depth: int, tokens: int, heads: int) -> list[Site]:
+    """Every site of one kind, block by block, in the order the kind's score array is shaped."""
+    if kind == "residual":
+        return [Site(kind, block, token) for block in range(1, depth + 1) for token in range(tokens)]
+    if kind == "heads":
+        return [Site(kind, block, head) for block in range(1, depth + 1) for head in range(1, heads + 1)]
+    return [Site(kind, block) for block in range(1, depth + 1)]
+
+
+def run_pair(
+    model: VitModel,
+    clean: Tensor,
+    corrupt: Tensor,
+    target: int | None = None,
+    contrast: int | None = None,
+    gradients: bool = False,
+) -> PairRun:
+    """One forward of each (3, H, W) normalized input capturing every site; with gradients, one backward of CORRUPT's
+    M. target defaults to CLEAN's top-1; contrast to CORRUPT's top-1, or its second when that is the target."""
+    net = model.net
+    require_sites(net, model.name)
+    with full_float32():
+        with torch.inference_mode():
+            clean_captured, clean_logits = _forward(model, clean)
+        with torch.enable_grad() if gradients else torch.inference_mode():
+            corrupt_captured, corrupt_logits = _forward(model, corrupt, gradients)
+            target, contrast, target_rule, contrast_rule = _classes(
+                clean_logits, corrupt_logits, target, contrast, model.labels
+            )
+            grads = None
+            if gradients:
+                metric = corrupt_logits[0, target] - corrupt_logits[0, contrast]
+                order = [(kind, index) for kind in KINDS for index in range(len(corrupt_captured[kind]))]
+                found = torch.autograd.grad(metric, [corrupt_captured[kind][index] for kind, index in order])
+                grads = {
+                    kind: torch.stack([g[0] for (k, _), g in zip(order, found, strict=True) if k == kind])
+                    for kind in KINDS
+                }
+    return PairRun(
+        stack_captured(clean_captured),
+        stack_captured(corrupt_captured),
+        clean_logits[0].detach().double().cpu(),
+        corrupt_logits[0].detach().double().cpu(),
+        target, contrast, target_rule, contrast_rule, grads,
+    )  # fmt: skip
+
+
+def _forward(model: VitModel, image: Tensor, gradients: bool = False) -> tuple[dict[str, list[Tensor]], Tensor]:
+    """The model's own layers on one image, every site captured; with gradients, the rows entering block 1 are a
+    leaf that requires its gradient, so the graph exists even for a model with frozen parameters."""
+    net = model.net
+    x = image.unsqueeze(0).to(model.device, dtype=net.patch_embed.proj.weight.dtype)
+    rows = model.embed(x)
+    if gradients:
+        rows = rows.detach().requires_grad_()
+    with capturing(net) as captured:
+        logits = logits_from(net, 0, rows)
+    return captured, logits
+
+
+def _classes(
+    clean: Tensor, corrupt: Tensor, target: int | None, contrast: int | None, labels: Sequence[str]
+) -> tuple[int, int, str, str]:
+    target_rule = "given"
+    if target is None:
+        target, target_rule = int(clean[0].argmax()), "CLEAN's top-1"
+    if contrast is not None:
+        if contrast == target:
+            raise UsageError(
+                f"--contrast {contrast} ({labels[contrast]}) is CLEAN's top-1, the default target: M = logit(target) "
+                "- logit(contrast) would be 0; give --target"
+            )
+        return target, contrast, target_rule, "given"
+    first, second = corrupt[0].detach().topk(2).indices.tolist()
+    if first != target:
+        return target, first, target_rule, "CORRUPT's top-1"
+    return target, second, target_rule, "CORRUPT's second (its top-1 is the target)"
+
+
+def patched_metric(
+    model: VitModel, pair: PairRun, sites: Sequence[Site], alpha: float = 1.0, steps: Steps | None = None
+) -> Tensor:
+    """M of CORRUPT's run with each site (one per row) moved to CLEAN's value, lerp(corrupt, clean, alpha):
+    (sites,) float64 on the CPU, in batches of the model's batch size."""
+    net, steps = model.net, steps or Steps()
+    values = []
+    with full_float32(), torch.inference_mode():
+        for first in range(0, len(sites), model.batch_size):
+            batch = sites[first : first + model.batch_size]
+            start = min(site.block for site in batch) - 1
+            rows = pair.corrupt["residual"][start].expand(len(batch), -1, -1)
+            with patching(net, batch, pair.clean, alpha):
+                values.append(pair.metric(logits_from(net, start, rows)).cpu())
+            steps.advance(len(batch))
+    return torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)
+
+
+def attribution_deltas(pair: PairRun, kind: str, head_dim: int) -> Tensor:
+    """(a_clean - a_corrupt) . dM/da for every site of a kind, shaped like its scores, float64."""
+    assert pair.gradients is not None
+    products = (
+        ((pair.clean[kind] - pair.corrupt[kind]) * pair.gradients[kind]).double().cpu()
+    )  # (blocks, tokens, width)
+    if kind == "residual":
+        return products.sum(-1)
+    if kind == "heads":
+        blocks, tokens, width = products.shape
+        return products.reshape(blocks, tokens, width // head_dim, head_dim).sum((1, 3))
+    return products.sum((1, 2))
+
+
+def patch_images(
+    model: VitModel,
+    clean: PreparedImage,
+    corrupt: PreparedImage,
+    kinds: Sequence[str] = KINDS,
+    methods: Sequence[str] = ("activation",),
+    target: int | None = None,
+    contrast: int | None = None,
+    steps: Steps | None = None,
+) -> PatchResult:
+    """Patch every site of each kind from CLEAN into CORRUPT by the chosen methods (see the module's docstring)."""
+    if target is not None and target == contrast:
+        raise UsageError(f"--contrast {contrast} is the --target class: M = logit(target) - logit(contrast) would be 0")
+    steps = steps or Steps()
+    pair = run_pair(model, clean.input, corrupt.input, target, contrast, gradients="attribution" in methods)
+    denominator = pair.m_clean - pair.m_corrupt
+    if abs(denominator) <= DENOMINATOR_TOLERANCE:
+        raise VitcliError(
+            f"M_clean = M_corrupt ({pair.m_clean:.6g} vs {pair.m_corrupt:.6g}, difference {denominator:.2g}, at most "
+            f"{DENOMINATOR_TOLERANCE:g}) for target {pair.target} and contrast {pair.contrast}: CORRUPT already gives "
+            "CLEAN's metric, so (M_patched - M_corrupt) / (M_clean - M_corrupt) is undefined; give two images "
+            "(or classes) that differ"
+        )
+    head_dim = model.net.blocks[0].attn.head_dim
+    tokens, heads = pair.clean["residual"].shape[1], model.num_heads
+    scores, forwards = [], 0
+    for kind in kinds:
+        sites = sites_of(kind, model.depth, tokens, heads)
+        shape = (model.depth, tokens) if kind == "residual" else (model.depth, heads) if kind == "heads" else (-1,)
+        activation = attribution = None
+        if "activation" in methods:
+            steps.start(len(sites), f"patching {kind}")
+            patched = patched_metric(model, pair, sites, steps=steps)
+            activation = ((patched - pair.m_corrupt) / denominator).reshape(shape).numpy()
+            forwards += len(sites)
+        if "attribution" in methods:
+            attribution = (attribution_deltas(pair, kind, head_dim) / denominator).reshape(shape).numpy()
+        scores.append(KindScores(kind, activation, attribution, *correlations([activation], [attribution])))
+    pearson, spearman = correlations([s.activation for s in scores], [s.attribution for s in scores])
+    return PatchResult(
+        model.spec.label, model.name, model.grid,
+        _side(model, clean, pair.clean_logits, pair.m_clean),
+        _side(model, corrupt, pair.corrupt_logits, pair.m_corrupt),
+        pair.target, model.labels[pair.target], pair.target_rule,
+        pair.contrast, model.labels[pair.contrast], pair.contrast_rule,
+        list(methods), scores, forwards, pearson, spearman,
+    )  # fmt: skip
+
+
+def _side(model: VitModel, image: PreparedImage, logits: Tensor, m: float) -> ImageSide:
+    return ImageSide(
+        image.source, image.crop_uint8(), top_classes(logits, logits.softmax(-1), model.labels, TOP_SHOWN), m
+    )
+
+
+def correlations(
+    activation: Sequence[np.ndarray | None], attribution: Sequence[np.ndarray | None]
+) -> tuple[float | None, float | None]:
+    """Pearson's and Spearman's correlation between the two methods' scores over the sites given; None unless both
+    methods ran and both vary over at least two sites."""
+    if any(scores is None for scores in [*activation, *attribution]):
+        return None, None
+    from scipy.stats import pearsonr, spearmanr
+
+    first = np.concatenate([np.ravel(scores) for scores in activation])
+    second = np.concatenate([np.ravel(scores) for scores in attribution])
+    if first.size < 2 or np.ptp(first) == 0 or np.ptp(second) == 0:
+        return None, None
+    return float(pearsonr(first, second).statistic), float(spearmanr(first, second).statistic)
