@@ -8,6 +8,15 @@ import typer
 from vitcli.commands.occlude import Fill, TargetOption
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
+from vitcli.experiments.explain_options import (
+    DEFAULT_IG_STEPS,
+    DEFAULT_NOISE,
+    DEFAULT_SAMPLES,
+    MAX_IG_STEPS,
+    MAX_SAMPLES,
+    GradientOptions,
+    check_gradient_options,
+)
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
@@ -17,6 +26,8 @@ from vitcli.shell import vitcli_command
 DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 _FAITHFULNESS = "Faithfulness options"
+_GRADIENTS = "Input-gradient options (ig, smoothgrad, gradient)"
+GRADIENT_METHODS = ("relevance", "grad-rollout", "gradcam", "ig", "smoothgrad", "gradient")
 
 
 class Method(StrEnum):
@@ -26,6 +37,15 @@ class Method(StrEnum):
     attention = "attention"
     rollout = "rollout"
     occlusion = "occlusion"
+    ig = "ig"
+    smoothgrad = "smoothgrad"
+    gradient = "gradient"
+
+
+class Baseline(StrEnum):
+    gray = "gray"
+    black = "black"
+    blur = "blur"
 
 
 def resolve_target_text(architecture: Any, text: str | None) -> int | None:
@@ -48,6 +68,8 @@ class ExplainJob(Job):
         steps: int | None,
         random_orders: int,
         order_seed: int,
+        contrast: str | None = None,
+        gradients: GradientOptions | None = None,
     ):
         self.methods = methods
         self.target_text = target
@@ -57,7 +79,10 @@ class ExplainJob(Job):
         self.steps = steps
         self.random_orders = random_orders
         self.order_seed = order_seed
+        self.contrast_text = contrast
+        self.gradients = gradients or GradientOptions()
         self.target: int | None = None  # resolved by check()
+        self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
         depth, patches = architecture.depth, architecture.grid.num_patches
@@ -71,6 +96,9 @@ class ExplainJob(Job):
             if not 1 <= self.steps <= patches:
                 raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {self.steps}")
         self.target = resolve_target_text(architecture, self.target_text)
+        self.contrast = resolve_target_text(architecture, self.contrast_text)
+        if self.contrast is not None and self.contrast == self.target:
+            raise UsageError(f"--contrast {self.contrast_text} is the target class {self.target}: choose another class")
 
     def name(self) -> str:
         reads_block = {"gradcam", "attention"} & set(self.methods)
@@ -80,7 +108,13 @@ class ExplainJob(Job):
             setting("b", self.block) if reads_block else None,
             self.fill if covers else None,
             setting("t", "top1" if self.target is None else self.target),
+            setting("c", self.contrast) if self.contrast is not None else None,
         ]
+        if "ig" in self.methods:
+            parts += [setting("ig", self.gradients.ig_steps), self.gradients.baseline]
+        if "smoothgrad" in self.methods:
+            parts += [setting("n", self.gradients.samples), setting("s", self.gradients.noise)]
+            parts.append(setting("ns", self.gradients.seed))
         if self.faithfulness:
             parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
@@ -95,6 +129,12 @@ class ExplainJob(Job):
             "steps": self.steps,
             "random_orders": self.random_orders,
             "order_seed": self.order_seed,
+            "contrast": self.contrast,
+            "ig_steps": self.gradients.ig_steps,
+            "baseline": self.gradients.baseline,
+            "samples": self.gradients.samples,
+            "noise": self.gradients.noise,
+            "noise_seed": self.gradients.seed,
         }
 
     def compute(self, work: ImageWork) -> Any:
@@ -102,7 +142,7 @@ class ExplainJob(Job):
         from vitcli.experiments.faithfulness import FaithfulnessOptions
 
         options = FaithfulnessOptions(self.steps, self.random_orders, self.order_seed) if self.faithfulness else None
-        total = count_work(work.model, self.methods, options)
+        total = count_work(work.model, self.methods, options, self.gradients)
         if total:
             work.steps.start(total, f"explaining {work.image.source.path.name}")
         return explain(
@@ -115,18 +155,22 @@ class ExplainJob(Job):
             faithfulness=options,
             on_progress=work.steps.advance,
             clean_logits=work.clean_logits(),
+            contrast=None if self.contrast is None else str(self.contrast),
+            gradient_options=self.gradients,
         )
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import explain as view
+        from vitcli.presentation import explain_audit
 
         curves = {"curves.csv": view.curve_rows(result)} if result.faithfulness is not None else {}
+        document = {**view.document(result), "arrays": explain_audit.arrays_json(result, self.name())}
         return Presentation(
             view.table(result),
             view.rows(result),
-            view.document(result),
+            document,
             figure=lambda: view.figure(result),
-            extra_files=curves,
+            extra_files={**curves, **explain_audit.array_files(result)},
             summary=view.summary(result),
         )
 
@@ -156,6 +200,12 @@ def explain_jobs(
     steps: int | None = None,
     random_orders: int = 5,
     order_seed: int = 0,
+    contrast: str | None = None,
+    ig_steps: int = DEFAULT_IG_STEPS,
+    baseline: str = "gray",
+    samples: int = DEFAULT_SAMPLES,
+    noise: float = DEFAULT_NOISE,
+    noise_seed: int = 0,
 ) -> list[Job]:
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
     unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
@@ -167,7 +217,15 @@ def explain_jobs(
         raise UsageError("--steps sets the faithfulness curves: add --faithfulness")
     if random_orders < 0:
         raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
-    return [ExplainJob(methods, target, block, str(fill), faithfulness, steps, random_orders, order_seed)]
+    gradients = GradientOptions(ig_steps, str(baseline), samples, noise, noise_seed)
+    check_gradient_options(gradients)
+    if contrast is not None and not set(GRADIENT_METHODS) & set(methods):
+        raise UsageError(f"--contrast applies to the gradient methods: add one of {', '.join(GRADIENT_METHODS)}")
+    return [
+        ExplainJob(
+            methods, target, block, str(fill), faithfulness, steps, random_orders, order_seed, contrast, gradients
+        )
+    ]
 
 
 @vitcli_command(
@@ -187,7 +245,8 @@ def explain_command(
             "--method",
             "-M",
             help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
-            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch); repeatable. "
+            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch), ig (Integrated "
+            "Gradients), smoothgrad, gradient (gradient x input); repeatable. "
             f"Default: {', '.join(DEFAULT_METHODS)}.",
             show_default=False,
         ),
@@ -226,10 +285,51 @@ def explain_command(
         int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
     ] = 5,
     order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
+    contrast: Annotated[
+        str | None,
+        typer.Option(
+            help="A second class: the gradient methods explain logit(target) - logit(this class), "
+            "'why the target rather than this'.",
+            show_default=False,
+        ),
+    ] = None,
+    ig_steps: Annotated[
+        int,
+        typer.Option(help=f"Integrated Gradients' points on the path (2..{MAX_IG_STEPS}).", rich_help_panel=_GRADIENTS),
+    ] = DEFAULT_IG_STEPS,
+    baseline: Annotated[
+        Baseline, typer.Option(help="Integrated Gradients' baseline image (as the fills).", rich_help_panel=_GRADIENTS)
+    ] = Baseline.gray,
+    samples: Annotated[
+        int, typer.Option(help=f"SmoothGrad's noisy copies (1..{MAX_SAMPLES}).", rich_help_panel=_GRADIENTS)
+    ] = DEFAULT_SAMPLES,
+    noise: Annotated[
+        float,
+        typer.Option(
+            help="SmoothGrad's sigma as a fraction of the normalized input's range (max - min).",
+            rich_help_panel=_GRADIENTS,
+        ),
+    ] = DEFAULT_NOISE,
+    noise_seed: Annotated[int, typer.Option(help="Seed of SmoothGrad's noise.", rich_help_panel=_GRADIENTS)] = 0,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
     context.run(
-        explain_jobs(method, target, block, fill, faithfulness, steps, random_orders, order_seed),
+        explain_jobs(
+            method,
+            target,
+            block,
+            fill,
+            faithfulness,
+            steps,
+            random_orders,
+            order_seed,
+            contrast,
+            ig_steps,
+            baseline,
+            samples,
+            noise,
+            noise_seed,
+        ),
         images,
     )

@@ -30,14 +30,19 @@ def top_patches(grid: PatchGrid, values: np.ndarray, count: int) -> list[tuple[i
 
 
 def _target_text(result: Explanation) -> str:
-    target = result.target
-    return f"{target.index} {target.label.split(',')[0]} (clean p {target.probability:.4g})"
+    target, contrast = result.target, result.contrast
+    text = f"{target.index} {target.label.split(',')[0]} (clean p {target.probability:.4g})"
+    if contrast is not None:
+        text += f" rather than {contrast.index} {contrast.label.split(',')[0]} (clean p {contrast.probability:.4g})"
+    return text
 
 
 def _check_text(result: Explanation) -> str:
+    from vitcli.presentation.explain_audit import completeness_text
+
     if result.output_difference is None:
-        return ""
-    return (
+        return completeness_text(result)
+    return completeness_text(result) + (
         f"self-check: logits under the hooks vs eval forward, max |difference| {result.output_difference:.2g} "
         f"(tolerance {OUTPUT_TOLERANCE:g})\n"
     )
@@ -194,6 +199,7 @@ def document(result: Explanation, top: int = TOP_PATCHES) -> dict[str, Any]:
         "weights": result.weights_label,
         "target": _class_json(result.target),
         "clean_top1": _class_json(result.top1),
+        "contrast": None if result.contrast is None else _class_json(result.contrast),
         "block": result.block,
         "fill": result.fill,
         "grid": {
@@ -219,12 +225,15 @@ def _class_json(score: ClassProbability) -> dict[str, Any]:
 
 
 def _map_json(grid: PatchGrid, item: MethodMap, top: int) -> dict[str, Any]:
+    from vitcli.presentation.explain_audit import attribution_json
+
     return {
         "method": item.method,
         "unit": item.unit,
         "definition": item.definition,
         "top": [{"patch": f"P{patch}", "value": value} for patch, value in top_patches(grid, item.values, top)],
         "values": [[None if np.isnan(value) else float(value) for value in line] for line in item.values],
+        **attribution_json(item),
     }
 
 

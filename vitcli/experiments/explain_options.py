@@ -1,0 +1,35 @@
+"""The settings of explain's pixel-gradient methods and audits, with their bounds; torch-free, so a command checks
+them (exit 2) before any weights load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vitcli.errors import UsageError
+
+BASELINES = ("gray", "black", "blur")
+MAX_IG_STEPS = 1024
+MAX_SAMPLES = 1000
+DEFAULT_IG_STEPS = 32
+DEFAULT_SAMPLES = 10
+DEFAULT_NOISE = 0.15  # Smilkov et al.: 10-20% of the input range works best
+
+
+@dataclass(frozen=True)
+class GradientOptions:
+    ig_steps: int = DEFAULT_IG_STEPS
+    baseline: str = "gray"
+    samples: int = DEFAULT_SAMPLES  # SmoothGrad's noisy copies (and the robustness audit's perturbations)
+    noise: float = DEFAULT_NOISE  # SmoothGrad's sigma as a fraction of the normalized input's range
+    seed: int = 0  # SmoothGrad's noise (and the robustness audit's perturbations)
+
+
+def check_gradient_options(options: GradientOptions) -> None:
+    if not 2 <= options.ig_steps <= MAX_IG_STEPS:
+        raise UsageError(f"--ig-steps must be between 2 and {MAX_IG_STEPS}, not {options.ig_steps}")
+    if options.baseline not in BASELINES:
+        raise UsageError(f"unknown --baseline {options.baseline!r}: choose one of {', '.join(BASELINES)}")
+    if not 1 <= options.samples <= MAX_SAMPLES:
+        raise UsageError(f"--samples must be between 1 and {MAX_SAMPLES}, not {options.samples}")
+    if not 0 < options.noise <= 1:
+        raise UsageError(f"--noise must be above 0 and at most 1 (a fraction of the input range), not {options.noise}")
