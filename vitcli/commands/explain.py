@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +15,9 @@ from vitcli.experiments.explain_options import (
     DEFAULT_SAMPLES,
     MAX_IG_STEPS,
     MAX_SAMPLES,
+    AuditOptions,
     GradientOptions,
+    check_audit_options,
     check_gradient_options,
 )
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
@@ -27,6 +30,7 @@ DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 _FAITHFULNESS = "Faithfulness options"
 _GRADIENTS = "Input-gradient options (ig, smoothgrad, gradient)"
+_AUDITS = "Audits of the maps"
 GRADIENT_METHODS = ("relevance", "grad-rollout", "gradcam", "ig", "smoothgrad", "gradient")
 
 
@@ -70,6 +74,7 @@ class ExplainJob(Job):
         order_seed: int,
         contrast: str | None = None,
         gradients: GradientOptions | None = None,
+        audits: AuditOptions | None = None,
     ):
         self.methods = methods
         self.target_text = target
@@ -81,6 +86,7 @@ class ExplainJob(Job):
         self.order_seed = order_seed
         self.contrast_text = contrast
         self.gradients = gradients or GradientOptions()
+        self.audits = audits or AuditOptions()
         self.target: int | None = None  # resolved by check()
         self.contrast: int | None = None
 
@@ -115,6 +121,7 @@ class ExplainJob(Job):
         if "smoothgrad" in self.methods:
             parts += [setting("n", self.gradients.samples), setting("s", self.gradients.noise)]
             parts.append(setting("ns", self.gradients.seed))
+        parts += audit_name_parts(self.audits)
         if self.faithfulness:
             parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
@@ -135,6 +142,7 @@ class ExplainJob(Job):
             "samples": self.gradients.samples,
             "noise": self.gradients.noise,
             "noise_seed": self.gradients.seed,
+            **audit_settings(self.audits),
         }
 
     def compute(self, work: ImageWork) -> Any:
@@ -145,7 +153,7 @@ class ExplainJob(Job):
         total = count_work(work.model, self.methods, options, self.gradients)
         if total:
             work.steps.start(total, f"explaining {work.image.source.path.name}")
-        return explain(
+        result = explain(
             work.model,
             work.image,
             self.methods,
@@ -158,6 +166,14 @@ class ExplainJob(Job):
             contrast=None if self.contrast is None else str(self.contrast),
             gradient_options=self.gradients,
         )
+        if self.audits.any:
+            from vitcli.experiments.explain import MapSettings
+            from vitcli.experiments.explain_audits import audit
+
+            contrast = None if result.contrast is None else result.contrast.index
+            settings = MapSettings(result.block, self.fill, gradients=self.gradients, contrast=contrast)
+            result.audits = audit(work.model, work.image, result, settings, self.audits, work.steps.advance)
+        return result
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import explain as view
@@ -175,19 +191,36 @@ class ExplainJob(Job):
         )
 
     def present_across_images(self, results: list[Any]) -> Presentation | None:
-        """With --faithfulness over several images: each method's mean and spread of both AUCs."""
+        """Over several images: each method's mean and spread of both faithfulness AUCs (with --faithfulness) and
+        of every audit score, ranked per score. Computed from each image's JSON body alone."""
+        from rich.console import Group
+
         from vitcli.experiments.faithfulness import faithfulness_spread
         from vitcli.presentation import explain as view
+        from vitcli.presentation import explain_audit
 
         curves = [result.faithfulness for result in results if result.faithfulness is not None]
-        if not curves:
+        ranking = explain_audit.score_ranking([view.document(result) for result in results])
+        if not curves and not ranking:
             return None
         spreads = faithfulness_spread(curves)
-        return Presentation(
-            view.spread_table(spreads),
-            view.spread_rows(spreads),
-            {"images": len(curves), "methods": view.spread_rows(spreads)},
+        tables = ([view.spread_table(spreads)] if curves else []) + (
+            [explain_audit.ranking_table(ranking)] if ranking else []
         )
+        document: dict[str, Any] = {"images": len(results)}
+        if curves:
+            document |= {"images": len(curves), "methods": view.spread_rows(spreads)}
+        if ranking:
+            document["audit_scores"] = ranking
+        return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document)
+
+
+def audit_name_parts(audits: AuditOptions) -> list[str | None]:
+    return [setting("masks", audits.masks.name) if audits.masks is not None else None]
+
+
+def audit_settings(audits: AuditOptions) -> dict[str, Any]:
+    return {"masks": None if audits.masks is None else str(audits.masks)}
 
 
 @builds_jobs("explain")
@@ -206,6 +239,7 @@ def explain_jobs(
     samples: int = DEFAULT_SAMPLES,
     noise: float = DEFAULT_NOISE,
     noise_seed: int = 0,
+    masks: str | None = None,
 ) -> list[Job]:
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
     unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
@@ -219,11 +253,23 @@ def explain_jobs(
         raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
     gradients = GradientOptions(ig_steps, str(baseline), samples, noise, noise_seed)
     check_gradient_options(gradients)
+    audits = AuditOptions(masks=None if masks is None else Path(masks))
+    check_audit_options(audits)
     if contrast is not None and not set(GRADIENT_METHODS) & set(methods):
         raise UsageError(f"--contrast applies to the gradient methods: add one of {', '.join(GRADIENT_METHODS)}")
     return [
         ExplainJob(
-            methods, target, block, str(fill), faithfulness, steps, random_orders, order_seed, contrast, gradients
+            methods,
+            target,
+            block,
+            str(fill),
+            faithfulness,
+            steps,
+            random_orders,
+            order_seed,
+            contrast,
+            gradients,
+            audits,
         )
     ]
 
@@ -311,6 +357,15 @@ def explain_command(
         ),
     ] = DEFAULT_NOISE,
     noise_seed: Annotated[int, typer.Option(help="Seed of SmoothGrad's noise.", rich_help_panel=_GRADIENTS)] = 0,
+    masks: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of segmentation masks, IMAGE_STEM.png each (Oxford-IIIT Pet trimaps: 1 = object; others: "
+            "non-zero = object): the pointing game and relevance mass accuracy of every map.",
+            show_default=False,
+            rich_help_panel=_AUDITS,
+        ),
+    ] = None,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
@@ -330,6 +385,7 @@ def explain_command(
             samples,
             noise,
             noise_seed,
+            None if masks is None else str(masks),
         ),
         images,
     )

@@ -65,6 +65,7 @@ class Explanation:
     output_difference: float | None  # max |logits under the hooks - eval forward|; None when no hooked pass ran
     faithfulness: Faithfulness | None = None
     contrast: ClassProbability | None = None  # the gradient methods explain logit(target) - logit(contrast)
+    audits: Any = None  # explain_audits.Audits when any audit ran: localisation, robustness, ROAD, sanity
 
 
 # ----- options

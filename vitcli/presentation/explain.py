@@ -17,6 +17,13 @@ from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.grid import PatchGrid
+from vitcli.presentation.explain_audit import (
+    attribution_json,
+    audit_summary,
+    audit_tables,
+    audits_json,
+    completeness_text,
+)
 from vitcli.render import weights_caption
 
 TOP_PATCHES = 5
@@ -38,8 +45,6 @@ def _target_text(result: Explanation) -> str:
 
 
 def _check_text(result: Explanation) -> str:
-    from vitcli.presentation.explain_audit import completeness_text
-
     if result.output_difference is None:
         return completeness_text(result)
     return completeness_text(result) + (
@@ -71,6 +76,7 @@ def table(result: Explanation, top: int = TOP_PATCHES) -> Group:
     parts: list[Any] = [maps]
     if result.faithfulness is not None:
         parts.append(faithfulness_table(result))
+    parts += audit_tables(result)
     return Group(*parts)
 
 
@@ -217,6 +223,8 @@ def document(result: Explanation, top: int = TOP_PATCHES) -> dict[str, Any]:
     }
     if result.faithfulness is not None:
         body["faithfulness"] = _faithfulness_json(result.faithfulness)
+    if result.audits is not None:
+        body["audits"] = audits_json(result)
     return body
 
 
@@ -225,8 +233,6 @@ def _class_json(score: ClassProbability) -> dict[str, Any]:
 
 
 def _map_json(grid: PatchGrid, item: MethodMap, top: int) -> dict[str, Any]:
-    from vitcli.presentation.explain_audit import attribution_json
-
     return {
         "method": item.method,
         "unit": item.unit,
@@ -371,7 +377,7 @@ def summary(result: Explanation) -> dict[str, Any]:
         for method, deletion, insertion in aucs:
             values[f"explain_{_column(method)}_deletion_auc"] = deletion
             values[f"explain_{_column(method)}_insertion_auc"] = insertion
-    return values
+    return values | audit_summary(result)
 
 
 def _column(method: str) -> str:

@@ -1,4 +1,5 @@
-"""explain's raw arrays (.npy files next to the JSON) and the pixel-gradient methods' extra numbers."""
+"""explain's raw arrays (.npy files next to the JSON), the pixel-gradient methods' extra numbers, and the audits
+(localisation, robustness, ROAD, sanity) as tables, JSON, summary columns and a ranking over images."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import io
 from typing import Any
 
 import numpy as np
+from rich.table import Table
 
 from vitcli.experiments.explain import Explanation, MethodMap
+from vitcli.experiments.localisation import HIT_SHARE, Localisation
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -72,3 +75,134 @@ def completeness_text(result: Explanation) -> str:
         for method, check in checks
         if check is not None
     )
+
+
+# ----- audits: tables, JSON, summary
+
+
+def audit_tables(result: Explanation) -> list[Table]:
+    audits = result.audits
+    if audits is None:
+        return []
+    tables = []
+    if audits.localisation is not None:
+        tables.append(localisation_table(audits.localisation))
+    return tables
+
+
+def localisation_table(localisation: Localisation) -> Table:
+    resized = ", resized to the image (nearest)" if localisation.resized else ""
+    table = Table(
+        title=f"localisation against {localisation.mask.name} ({localisation.kind}{resized})",
+        caption=f"pointing game: the largest patch has at least {HIT_SHARE:g} of its pixels on the object; "
+        "relevance mass accuracy: share of the positive map mass on the object (higher is better)",
+    )
+    for column in ("method", "top patch", "pointing game", "mass accuracy"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for item in localisation.methods:
+        mass = "no positive mass" if item.mass_accuracy is None else f"{item.mass_accuracy:.4g}"
+        table.add_row(item.method, f"P{item.top_patch}", "hit" if item.hit else "miss", mass)
+    return table
+
+
+def audits_json(result: Explanation) -> dict[str, Any]:
+    audits = result.audits
+    body: dict[str, Any] = {}
+    if audits is None:
+        return body
+    if audits.localisation is not None:
+        localisation = audits.localisation
+        body["localisation"] = {
+            "mask": str(localisation.mask),
+            "kind": localisation.kind,
+            "object": "value 1" if localisation.kind == "trimap" else "non-zero values",
+            "resized": localisation.resized,
+            "hit_share": HIT_SHARE,
+            "object_share": localisation.object_share.tolist(),
+            "methods": [
+                {
+                    "method": item.method,
+                    "top_patch": f"P{item.top_patch}",
+                    "pointing_game": item.hit,
+                    "mass_accuracy": item.mass_accuracy,
+                }
+                for item in localisation.methods
+            ],
+        }
+    return body
+
+
+# ----- scores over images: from the per-image JSON bodies alone, so stored results give the same numbers
+
+# score -> (where in the JSON body's "audits", the per-method key, True when higher is better)
+SCORES = {
+    "pointing_game": ("localisation", "pointing_game", True),
+    "mass_accuracy": ("localisation", "mass_accuracy", True),
+}
+
+
+def audit_scores(document: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """score -> method -> value of one image's result body (booleans as 0/1); scores without a value left out."""
+    audits = document.get("audits") or {}
+    scores: dict[str, dict[str, float]] = {}
+    for score, (section, key, _) in SCORES.items():
+        for entry in (audits.get(section) or {}).get("methods", []):
+            value = entry.get(key)
+            if value is not None:
+                scores.setdefault(score, {})[entry["method"]] = float(value)
+    return scores
+
+
+def audit_summary(result: Explanation) -> dict[str, Any]:
+    from vitcli.presentation.explain import _column
+
+    return {
+        f"explain_{_column(method)}_{score}": value
+        for score, values in audit_scores({"audits": audits_json(result)}).items()
+        for method, value in values.items()
+    }
+
+
+def score_ranking(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per score and method over the images: images, mean, sample sd (ddof 1; 0 for one image) and the rank of the
+    mean (1 = best; equal means share the best rank)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    for document in documents:
+        for score, methods in audit_scores(document).items():
+            for method, value in methods.items():
+                values.setdefault(score, {}).setdefault(method, []).append(value)
+    rows = []
+    for score, methods in values.items():
+        higher_better = SCORES[score][2]
+        means = {method: float(np.mean(listed)) for method, listed in methods.items()}
+        for method, listed in methods.items():
+            better = sum(
+                1 for other in means.values() if (other > means[method]) == higher_better and other != means[method]
+            )
+            rows.append(
+                {
+                    "score": score,
+                    "method": method,
+                    "images": len(listed),
+                    "mean": means[method],
+                    "sd": float(np.std(listed, ddof=1)) if len(listed) > 1 else 0.0,
+                    "rank": better + 1,
+                    "better": "higher" if higher_better else "lower",
+                }
+            )
+    return sorted(rows, key=lambda row: (list(SCORES).index(row["score"]), row["rank"], row["method"]))
+
+
+def ranking_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="audit scores over images: mean (sd), methods ranked per score (1 = best)")
+    for column in ("score", "method", "images", "mean (sd)", "rank"):
+        table.add_column(column, justify="left" if column in ("score", "method") else "right")
+    for row in rows:
+        table.add_row(
+            f"{row['score']} ({row['better']} is better)",
+            row["method"],
+            str(row["images"]),
+            f"{row['mean']:.4g} ({row['sd']:.2g})",
+            str(row["rank"]),
+        )
+    return table

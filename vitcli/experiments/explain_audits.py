@@ -1,0 +1,38 @@
+"""The audits of explain's maps, run after them on the same image: localisation against a mask (--masks),
+robustness (--robustness), ROAD (--road) and the sanity checks (--sanity)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vitcli.experiments.explain import Explanation, MapSettings
+from vitcli.experiments.explain_options import AuditOptions
+from vitcli.model import PreparedImage, VitModel
+
+
+@dataclass
+class Audits:
+    localisation: Any = None  # localisation.Localisation
+    robustness: Any = None  # robustness.Robustness
+    road: Any = None  # road.Road
+    sanity: Any = None  # sanity.Sanity
+
+
+def audit(
+    model: VitModel,
+    prepared: PreparedImage,
+    result: Explanation,
+    settings: MapSettings,
+    options: AuditOptions,
+    on_progress: Callable[[int], None] | None = None,
+) -> Audits:
+    """The asked audits of an explanation's maps (recomputed with the same settings where an audit needs them)."""
+    audits = Audits()
+    maps = [(item.method, item.values) for item in result.maps]
+    if options.masks is not None:
+        from vitcli.experiments.localisation import localise
+
+        audits.localisation = localise(model, prepared, options.masks, maps)
+    return audits
