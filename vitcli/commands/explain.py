@@ -12,6 +12,7 @@ from vitcli.errors import UsageError
 from vitcli.experiments.explain_options import (
     DEFAULT_IG_STEPS,
     DEFAULT_NOISE,
+    DEFAULT_RADIUS,
     DEFAULT_SAMPLES,
     MAX_IG_STEPS,
     MAX_SAMPLES,
@@ -120,8 +121,8 @@ class ExplainJob(Job):
             parts += [setting("ig", self.gradients.ig_steps), self.gradients.baseline]
         if "smoothgrad" in self.methods:
             parts += [setting("n", self.gradients.samples), setting("s", self.gradients.noise)]
-            parts.append(setting("ns", self.gradients.seed))
-        parts += audit_name_parts(self.audits)
+            parts.append(None if self.audits.robustness or self.audits.road else setting("ns", self.gradients.seed))
+        parts += audit_name_parts(self.audits, self.gradients)
         if self.faithfulness:
             parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
@@ -215,12 +216,23 @@ class ExplainJob(Job):
         return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document)
 
 
-def audit_name_parts(audits: AuditOptions) -> list[str | None]:
-    return [setting("masks", audits.masks.name) if audits.masks is not None else None]
+def audit_name_parts(audits: AuditOptions, gradients: GradientOptions) -> list[str | None]:
+    parts = [setting("masks", audits.masks.name) if audits.masks is not None else None]
+    if audits.robustness:
+        parts += [setting("rob", gradients.samples), setting("r", audits.radius)]
+    if audits.robustness or audits.road:
+        parts.append(setting("ns", gradients.seed))
+    parts.append("road" if audits.road else None)
+    return parts
 
 
 def audit_settings(audits: AuditOptions) -> dict[str, Any]:
-    return {"masks": None if audits.masks is None else str(audits.masks)}
+    return {
+        "masks": None if audits.masks is None else str(audits.masks),
+        "robustness": audits.robustness,
+        "radius": audits.radius,
+        "road": audits.road,
+    }
 
 
 @builds_jobs("explain")
@@ -240,6 +252,9 @@ def explain_jobs(
     noise: float = DEFAULT_NOISE,
     noise_seed: int = 0,
     masks: str | None = None,
+    robustness: bool = False,
+    radius: float = DEFAULT_RADIUS,
+    road: bool = False,
 ) -> list[Job]:
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
     unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
@@ -253,7 +268,7 @@ def explain_jobs(
         raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
     gradients = GradientOptions(ig_steps, str(baseline), samples, noise, noise_seed)
     check_gradient_options(gradients)
-    audits = AuditOptions(masks=None if masks is None else Path(masks))
+    audits = AuditOptions(None if masks is None else Path(masks), robustness, radius, road)
     check_audit_options(audits)
     if contrast is not None and not set(GRADIENT_METHODS) & set(methods):
         raise UsageError(f"--contrast applies to the gradient methods: add one of {', '.join(GRADIENT_METHODS)}")
@@ -356,7 +371,13 @@ def explain_command(
             rich_help_panel=_GRADIENTS,
         ),
     ] = DEFAULT_NOISE,
-    noise_seed: Annotated[int, typer.Option(help="Seed of SmoothGrad's noise.", rich_help_panel=_GRADIENTS)] = 0,
+    noise_seed: Annotated[
+        int,
+        typer.Option(
+            help="Seed of SmoothGrad's noise, --robustness's perturbations and --road's imputation noise.",
+            rich_help_panel=_GRADIENTS,
+        ),
+    ] = 0,
     masks: Annotated[
         Path | None,
         typer.Option(
@@ -366,6 +387,28 @@ def explain_command(
             rich_help_panel=_AUDITS,
         ),
     ] = None,
+    robustness: Annotated[
+        bool,
+        typer.Option(
+            "--robustness",
+            help="Max- and average-sensitivity of every map (Yeh et al. 2019) over --samples perturbations uniform "
+            "in +-radius, seeded by --noise-seed.",
+            rich_help_panel=_AUDITS,
+        ),
+    ] = False,
+    radius: Annotated[
+        float,
+        typer.Option(help="--robustness's radius, a fraction of the pixel range [0, 1].", rich_help_panel=_AUDITS),
+    ] = DEFAULT_RADIUS,
+    road: Annotated[
+        bool,
+        typer.Option(
+            "--road",
+            help="ROAD (Rong et al. 2022): MoRF and LeRF curves with noisy linear imputation, p = 10..90%, and "
+            "their combined score; noise seeded by --noise-seed.",
+            rich_help_panel=_AUDITS,
+        ),
+    ] = False,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
@@ -386,6 +429,9 @@ def explain_command(
             noise,
             noise_seed,
             None if masks is None else str(masks),
+            robustness,
+            radius,
+            road,
         ),
         images,
     )

@@ -35,4 +35,23 @@ def audit(
         from vitcli.experiments.localisation import localise
 
         audits.localisation = localise(model, prepared, options.masks, maps)
+    target, samples, seed = result.target.index, settings.gradients.samples, settings.gradients.seed
+    if options.robustness:
+        from vitcli.experiments.robustness import robustness
+
+        audits.robustness = robustness(
+            model, prepared, result.maps, target, settings, options.radius, samples, seed, on_progress
+        )
+    if options.road:
+        from vitcli.experiments.road import road
+
+        audits.road = road(
+            model,
+            prepared.input,
+            dict(maps),
+            target,
+            seed,
+            clean_probability=result.target.probability,
+            on_progress=on_progress,
+        )
     return audits

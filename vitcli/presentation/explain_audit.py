@@ -11,6 +11,8 @@ from rich.table import Table
 
 from vitcli.experiments.explain import Explanation, MethodMap
 from vitcli.experiments.localisation import HIT_SHARE, Localisation
+from vitcli.experiments.road import Road
+from vitcli.experiments.robustness import Robustness
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -87,6 +89,10 @@ def audit_tables(result: Explanation) -> list[Table]:
     tables = []
     if audits.localisation is not None:
         tables.append(localisation_table(audits.localisation))
+    if audits.robustness is not None:
+        tables.append(robustness_table(audits.robustness))
+    if audits.road is not None:
+        tables.append(road_table(audits.road))
     return tables
 
 
@@ -102,6 +108,34 @@ def localisation_table(localisation: Localisation) -> Table:
     for item in localisation.methods:
         mass = "no positive mass" if item.mass_accuracy is None else f"{item.mass_accuracy:.4g}"
         table.add_row(item.method, f"P{item.top_patch}", "hit" if item.hit else "miss", mass)
+    return table
+
+
+def robustness_table(robustness: Robustness) -> Table:
+    radius = ", ".join(f"{value:.3g}" for value in robustness.normalized_radius)
+    table = Table(
+        title=f"robustness: {robustness.samples} perturbations uniform in +-{robustness.radius:g} of the pixel range "
+        f"(+-{radius} normalized, per channel), seed {robustness.seed}",
+        caption="sensitivity = ||map(x + delta) - map(x)|| / ||map(x)|| (Frobenius); lower is more robust",
+    )
+    for column in ("method", "max-sensitivity", "average sensitivity"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for item in robustness.methods:
+        table.add_row(item.method, f"{item.max:.4g}", f"{item.mean:.4g}")
+    return table
+
+
+def road_table(road: Road) -> Table:
+    table = Table(
+        title=f"ROAD: patches imputed (noisy linear, noise {road.noise:g}, seed {road.seed}) at "
+        f"{road.percents[0]}..{road.percents[-1]}%; clean probability {road.clean_probability:.4g}",
+        caption="MoRF: most relevant removed first (lower mean is better); LeRF: least relevant first (higher is "
+        "better); combined = (mean LeRF - mean MoRF) / 2 (higher is better)",
+    )
+    for column in ("method", "MoRF mean", "LeRF mean", "combined"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for item in road.methods:
+        table.add_row(item.method, f"{item.morf.mean():.4g}", f"{item.lerf.mean():.4g}", f"{item.combined:.4g}")
     return table
 
 
@@ -129,6 +163,47 @@ def audits_json(result: Explanation) -> dict[str, Any]:
                 for item in localisation.methods
             ],
         }
+    if audits.robustness is not None:
+        robustness = audits.robustness
+        body["robustness"] = {
+            "definition": "sensitivity = ||map(x + delta) - map(x)||_F / ||map(x)||_F, delta uniform in +-radius/std "
+            "per normalized value; max and mean over the samples (Yeh et al. 2019)",
+            "radius": robustness.radius,
+            "normalized_radius": robustness.normalized_radius,
+            "samples": robustness.samples,
+            "seed": robustness.seed,
+            "methods": [
+                {
+                    "method": item.method,
+                    "max_sensitivity": item.max,
+                    "avg_sensitivity": item.mean,
+                    "sensitivities": item.sensitivities.tolist(),
+                }
+                for item in robustness.methods
+            ],
+        }
+    if audits.road is not None:
+        road = audits.road
+        body["road"] = {
+            "definition": "target probability after noisy linear imputation of the most (MoRF) or least (LeRF) "
+            "relevant patches; combined = (mean LeRF - mean MoRF) / 2 (Rong et al. 2022)",
+            "percents": road.percents,
+            "patches": road.patches,
+            "noise": road.noise,
+            "seed": road.seed,
+            "clean_probability": road.clean_probability,
+            "methods": [
+                {
+                    "method": item.method,
+                    "morf": item.morf.tolist(),
+                    "lerf": item.lerf.tolist(),
+                    "morf_mean": float(item.morf.mean()),
+                    "lerf_mean": float(item.lerf.mean()),
+                    "combined": item.combined,
+                }
+                for item in road.methods
+            ],
+        }
     return body
 
 
@@ -138,6 +213,11 @@ def audits_json(result: Explanation) -> dict[str, Any]:
 SCORES = {
     "pointing_game": ("localisation", "pointing_game", True),
     "mass_accuracy": ("localisation", "mass_accuracy", True),
+    "max_sensitivity": ("robustness", "max_sensitivity", False),
+    "avg_sensitivity": ("robustness", "avg_sensitivity", False),
+    "road_morf": ("road", "morf_mean", False),
+    "road_lerf": ("road", "lerf_mean", True),
+    "road_combined": ("road", "combined", True),
 }
 
 
