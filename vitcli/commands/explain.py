@@ -6,6 +6,24 @@ from typing import Annotated, Any
 
 import typer
 
+from vitcli.commands.explain_options import (
+    Baseline,
+    BaselineOption,
+    ContrastOption,
+    IgStepsOption,
+    MasksOption,
+    NoiseOption,
+    NoiseSeedOption,
+    RadiusOption,
+    RoadOption,
+    RobustnessOption,
+    SamplesOption,
+    SanityOption,
+    SanitySeedOption,
+    SanityThresholdOption,
+    audit_name_parts,
+    audit_settings,
+)
 from vitcli.commands.occlude import Fill, TargetOption
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
@@ -14,8 +32,7 @@ from vitcli.experiments.explain_options import (
     DEFAULT_NOISE,
     DEFAULT_RADIUS,
     DEFAULT_SAMPLES,
-    MAX_IG_STEPS,
-    MAX_SAMPLES,
+    DEFAULT_SANITY_THRESHOLD,
     AuditOptions,
     GradientOptions,
     check_audit_options,
@@ -30,8 +47,6 @@ from vitcli.shell import vitcli_command
 DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 _FAITHFULNESS = "Faithfulness options"
-_GRADIENTS = "Input-gradient options (ig, smoothgrad, gradient)"
-_AUDITS = "Audits of the maps"
 GRADIENT_METHODS = ("relevance", "grad-rollout", "gradcam", "ig", "smoothgrad", "gradient")
 
 
@@ -45,12 +60,6 @@ class Method(StrEnum):
     ig = "ig"
     smoothgrad = "smoothgrad"
     gradient = "gradient"
-
-
-class Baseline(StrEnum):
-    gray = "gray"
-    black = "black"
-    blur = "blur"
 
 
 def resolve_target_text(architecture: Any, text: str | None) -> int | None:
@@ -187,7 +196,7 @@ class ExplainJob(Job):
             view.rows(result),
             document,
             figure=lambda: view.figure(result),
-            extra_files={**curves, **explain_audit.array_files(result)},
+            extra_files={**curves, **explain_audit.audit_files(result)},
             summary=view.summary(result),
         )
 
@@ -216,25 +225,6 @@ class ExplainJob(Job):
         return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document)
 
 
-def audit_name_parts(audits: AuditOptions, gradients: GradientOptions) -> list[str | None]:
-    parts = [setting("masks", audits.masks.name) if audits.masks is not None else None]
-    if audits.robustness:
-        parts += [setting("rob", gradients.samples), setting("r", audits.radius)]
-    if audits.robustness or audits.road:
-        parts.append(setting("ns", gradients.seed))
-    parts.append("road" if audits.road else None)
-    return parts
-
-
-def audit_settings(audits: AuditOptions) -> dict[str, Any]:
-    return {
-        "masks": None if audits.masks is None else str(audits.masks),
-        "robustness": audits.robustness,
-        "radius": audits.radius,
-        "road": audits.road,
-    }
-
-
 @builds_jobs("explain")
 def explain_jobs(
     method: list[str] | None = None,
@@ -255,6 +245,9 @@ def explain_jobs(
     robustness: bool = False,
     radius: float = DEFAULT_RADIUS,
     road: bool = False,
+    sanity: bool = False,
+    sanity_seed: int = 0,
+    sanity_threshold: float = DEFAULT_SANITY_THRESHOLD,
 ) -> list[Job]:
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
     unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
@@ -268,7 +261,9 @@ def explain_jobs(
         raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
     gradients = GradientOptions(ig_steps, str(baseline), samples, noise, noise_seed)
     check_gradient_options(gradients)
-    audits = AuditOptions(None if masks is None else Path(masks), robustness, radius, road)
+    audits = AuditOptions(
+        None if masks is None else Path(masks), robustness, radius, road, sanity, sanity_seed, sanity_threshold
+    )
     check_audit_options(audits)
     if contrast is not None and not set(GRADIENT_METHODS) & set(methods):
         raise UsageError(f"--contrast applies to the gradient methods: add one of {', '.join(GRADIENT_METHODS)}")
@@ -346,69 +341,19 @@ def explain_command(
         int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
     ] = 5,
     order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
-    contrast: Annotated[
-        str | None,
-        typer.Option(
-            help="A second class: the gradient methods explain logit(target) - logit(this class), "
-            "'why the target rather than this'.",
-            show_default=False,
-        ),
-    ] = None,
-    ig_steps: Annotated[
-        int,
-        typer.Option(help=f"Integrated Gradients' points on the path (2..{MAX_IG_STEPS}).", rich_help_panel=_GRADIENTS),
-    ] = DEFAULT_IG_STEPS,
-    baseline: Annotated[
-        Baseline, typer.Option(help="Integrated Gradients' baseline image (as the fills).", rich_help_panel=_GRADIENTS)
-    ] = Baseline.gray,
-    samples: Annotated[
-        int, typer.Option(help=f"SmoothGrad's noisy copies (1..{MAX_SAMPLES}).", rich_help_panel=_GRADIENTS)
-    ] = DEFAULT_SAMPLES,
-    noise: Annotated[
-        float,
-        typer.Option(
-            help="SmoothGrad's sigma as a fraction of the normalized input's range (max - min).",
-            rich_help_panel=_GRADIENTS,
-        ),
-    ] = DEFAULT_NOISE,
-    noise_seed: Annotated[
-        int,
-        typer.Option(
-            help="Seed of SmoothGrad's noise, --robustness's perturbations and --road's imputation noise.",
-            rich_help_panel=_GRADIENTS,
-        ),
-    ] = 0,
-    masks: Annotated[
-        Path | None,
-        typer.Option(
-            help="Folder of segmentation masks, IMAGE_STEM.png each (Oxford-IIIT Pet trimaps: 1 = object; others: "
-            "non-zero = object): the pointing game and relevance mass accuracy of every map.",
-            show_default=False,
-            rich_help_panel=_AUDITS,
-        ),
-    ] = None,
-    robustness: Annotated[
-        bool,
-        typer.Option(
-            "--robustness",
-            help="Max- and average-sensitivity of every map (Yeh et al. 2019) over --samples perturbations uniform "
-            "in +-radius, seeded by --noise-seed.",
-            rich_help_panel=_AUDITS,
-        ),
-    ] = False,
-    radius: Annotated[
-        float,
-        typer.Option(help="--robustness's radius, a fraction of the pixel range [0, 1].", rich_help_panel=_AUDITS),
-    ] = DEFAULT_RADIUS,
-    road: Annotated[
-        bool,
-        typer.Option(
-            "--road",
-            help="ROAD (Rong et al. 2022): MoRF and LeRF curves with noisy linear imputation, p = 10..90%, and "
-            "their combined score; noise seeded by --noise-seed.",
-            rich_help_panel=_AUDITS,
-        ),
-    ] = False,
+    contrast: ContrastOption = None,
+    ig_steps: IgStepsOption = DEFAULT_IG_STEPS,
+    baseline: BaselineOption = Baseline.gray,
+    samples: SamplesOption = DEFAULT_SAMPLES,
+    noise: NoiseOption = DEFAULT_NOISE,
+    noise_seed: NoiseSeedOption = 0,
+    masks: MasksOption = None,
+    robustness: RobustnessOption = False,
+    radius: RadiusOption = DEFAULT_RADIUS,
+    road: RoadOption = False,
+    sanity: SanityOption = False,
+    sanity_seed: SanitySeedOption = 0,
+    sanity_threshold: SanityThresholdOption = DEFAULT_SANITY_THRESHOLD,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
@@ -432,6 +377,9 @@ def explain_command(
             robustness,
             radius,
             road,
+            sanity,
+            sanity_seed,
+            sanity_threshold,
         ),
         images,
     )

@@ -54,4 +54,17 @@ def audit(
             clean_probability=result.target.probability,
             on_progress=on_progress,
         )
+    if options.sanity:
+        from vitcli.experiments.explain import method_maps
+        from vitcli.experiments.sanity import sanity
+
+        methods = [item.method for item in result.maps]
+
+        def compute(class_index: int) -> dict:
+            maps, _ = method_maps(model, prepared, methods, class_index, settings)
+            return {item.method: item.values for item in maps}
+
+        audits.sanity = sanity(
+            model, compute, dict(maps), target, options.sanity_seed, options.sanity_threshold, on_progress
+        )
     return audits

@@ -13,6 +13,7 @@ from vitcli.experiments.explain import Explanation, MethodMap
 from vitcli.experiments.localisation import HIT_SHARE, Localisation
 from vitcli.experiments.road import Road
 from vitcli.experiments.robustness import Robustness
+from vitcli.presentation import explain_sanity
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -22,8 +23,8 @@ def _npy(array: np.ndarray) -> bytes:
 
 
 def arrays(result: Explanation) -> list[tuple[str, str, np.ndarray]]:
-    """(file suffix, what it holds, array) for every raw map: the patch map of each method, and the pixel
-    attribution of each pixel method."""
+    """(file suffix, what it holds, array) for every raw map: the patch map of each method, the pixel
+    attribution of each pixel method, and with --sanity each method's maps at every step."""
     listed = []
     for item in result.maps:
         listed.append((f"{item.method}.npy", f"{item.method}: patch map (rows, cols), {item.unit}", item.values))
@@ -35,7 +36,19 @@ def arrays(result: Explanation) -> list[tuple[str, str, np.ndarray]]:
                     item.attribution.pixels,
                 )
             )
+    if result.audits is not None and result.audits.sanity is not None:
+        listed += explain_sanity.arrays(result.audits.sanity)
     return listed
+
+
+def audit_files(result: Explanation) -> dict[str, Any]:
+    """Every array, and with --sanity its table of similarities (CSV rows) and its figure."""
+    files: dict[str, Any] = array_files(result)
+    if result.audits is not None and result.audits.sanity is not None:
+        sanity = result.audits.sanity
+        files["sanity.csv"] = explain_sanity.rows(sanity)
+        files["sanity.png"] = explain_sanity.figure_writer(sanity, result.crop, result.weights_label)
+    return files
 
 
 def array_files(result: Explanation) -> dict[str, bytes]:
@@ -93,6 +106,8 @@ def audit_tables(result: Explanation) -> list[Table]:
         tables.append(robustness_table(audits.robustness))
     if audits.road is not None:
         tables.append(road_table(audits.road))
+    if audits.sanity is not None:
+        tables.append(explain_sanity.table(audits.sanity, result.weights_label))
     return tables
 
 
@@ -204,6 +219,8 @@ def audits_json(result: Explanation) -> dict[str, Any]:
                 for item in road.methods
             ],
         }
+    if audits.sanity is not None:
+        body["sanity"] = explain_sanity.document(audits.sanity, result.weights_label)
     return body
 
 
@@ -218,6 +235,8 @@ SCORES = {
     "road_morf": ("road", "morf_mean", False),
     "road_lerf": ("road", "lerf_mean", True),
     "road_combined": ("road", "combined", True),
+    "sanity_all_blocks_spearman_abs": ("sanity", "all_blocks_spearman_abs", False),
+    "sanity_random_logit_spearman_abs": ("sanity", "random_logit_spearman_abs", False),
 }
 
 
