@@ -146,3 +146,11 @@ def test_command_refuses_a_missing_masks_folder(cli, photo, tmp_path):
     result = cli("explain", photo, *RANDOM_CPU, "--masks", tmp_path / "nowhere")
     assert result.exit_code == 2
     assert f"--masks {tmp_path / 'nowhere'} is not a folder" in result.stderr
+
+
+def test_command_fails_an_image_without_a_mask(cli, photo, tmp_path):
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    result = cli("explain", photo, *RANDOM_CPU, "-M", "rollout", "--masks", masks)
+    assert result.exit_code == 1
+    assert f"no mask for {photo.name} in {masks}: expected {masks / (photo.stem + '.png')}" in result.stderr

@@ -127,3 +127,22 @@ def test_command_reports_robustness_and_road(cli, workdir, photo):
     (curves,) = audits["road"]["methods"]
     assert audits["road"]["percents"] == list(range(10, 100, 10)) and len(curves["morf"]) == 9
     assert audits["road"]["patches"][0] == 19  # floor(10% of 196)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--robustness", "--radius", "0"], "--radius must be above 0 and at most 1"),
+        (["--robustness", "--radius", "2"], "--radius must be above 0 and at most 1"),
+        (["--sanity", "--sanity-threshold", "1"], "--sanity-threshold must be between 0 and 1"),
+    ],
+)
+def test_command_refuses_bad_audit_options_before_the_model_loads(cli, photo, arguments, message, monkeypatch):
+    import vitcli.loading
+
+    from conftest import RANDOM_CPU
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    result = cli("explain", photo, *RANDOM_CPU, *arguments)
+    assert result.exit_code == 2
+    assert message in result.stderr
