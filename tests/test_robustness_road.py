@@ -146,3 +146,27 @@ def test_command_refuses_bad_audit_options_before_the_model_loads(cli, photo, ar
     result = cli("explain", photo, *RANDOM_CPU, *arguments)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_progress_total_equals_the_steps_reported(tiny2, photo):
+    """The progress bar's total counts every pass the maps and audits report, no more, no less."""
+    from vitcli.commands.explain import ExplainJob
+    from vitcli.experiments.explain_options import AuditOptions, GradientOptions
+    from vitcli.jobs import ImageWork, Steps
+
+    class Counted(Steps):
+        def __init__(self):
+            self.total, self.done = 0, 0
+
+        def start(self, total, description):
+            self.total += total
+
+        def advance(self, count=1):
+            self.done += count
+
+    audits = AuditOptions(robustness=True, road=True, sanity=True)
+    gradients = GradientOptions(ig_steps=3, samples=2)
+    job = ExplainJob(["ig", "rollout"], "1", None, "gray", False, None, 0, 0, gradients=gradients, audits=audits)
+    steps = Counted()
+    job.compute(ImageWork(tiny2, tiny2.prepare(photo), steps))
+    assert steps.total == steps.done > 0

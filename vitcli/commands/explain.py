@@ -156,11 +156,15 @@ class ExplainJob(Job):
         }
 
     def compute(self, work: ImageWork) -> Any:
-        from vitcli.experiments.explain import count_work, explain
+        from vitcli.experiments.explain import MapSettings, count_work, explain
+        from vitcli.experiments.explain_audits import audit, count_audit_work
         from vitcli.experiments.faithfulness import FaithfulnessOptions
 
         options = FaithfulnessOptions(self.steps, self.random_orders, self.order_seed) if self.faithfulness else None
         total = count_work(work.model, self.methods, options, self.gradients)
+        if self.audits.any:
+            settings = MapSettings(self.block or work.model.depth, self.fill, gradients=self.gradients)
+            total += count_audit_work(work.model, self.methods, settings, self.audits)
         if total:
             work.steps.start(total, f"explaining {work.image.source.path.name}")
         result = explain(
@@ -177,9 +181,6 @@ class ExplainJob(Job):
             gradient_options=self.gradients,
         )
         if self.audits.any:
-            from vitcli.experiments.explain import MapSettings
-            from vitcli.experiments.explain_audits import audit
-
             contrast = None if result.contrast is None else result.contrast.index
             settings = MapSettings(result.block, self.fill, gradients=self.gradients, contrast=contrast)
             result.audits = audit(work.model, work.image, result, settings, self.audits, work.steps.advance)

@@ -283,6 +283,8 @@ def explain(
     target_index = resolve_target(model, target, clean)
     contrast_index = None if contrast is None else resolve_target(model, contrast, clean)
     if contrast_index == target_index:
+        if target is None:  # known only now: this image's top-1 is the contrast class
+            raise VitcliError(f"the clean top-1 class {target_index} is the --contrast class: give --target")
         raise UsageError(f"--contrast {contrast} is the target class {target_index}: choose another class")
     top = int(clean.argmax())
     settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options, contrast_index)

@@ -12,6 +12,21 @@ from vitcli.experiments.explain_options import AuditOptions
 from vitcli.model import PreparedImage, VitModel
 
 
+def count_audit_work(model: VitModel, methods: list[str], settings: MapSettings, options: AuditOptions) -> int:
+    """Steps the audits report through on_progress: the maps' own progress (occlusion covers, pixel-method
+    backwards) per perturbation, ROAD's imputed forwards, one per sanity step."""
+    from vitcli.experiments.explain import count_work
+    from vitcli.experiments.road import PERCENTS
+    from vitcli.experiments.sanity import count_steps
+
+    per_map_set = count_work(model, methods, None, settings.gradients)
+    return (
+        (settings.gradients.samples * per_map_set if options.robustness else 0)
+        + (2 * len(PERCENTS) * len(methods) if options.road else 0)
+        + (count_steps(model.depth) if options.sanity else 0)
+    )
+
+
 @dataclass
 class Audits:
     localisation: Any = None  # localisation.Localisation
