@@ -12,6 +12,7 @@ It prints, asserts nothing.
 
     .venv/bin/python benchmarks/explain.py
     .venv/bin/python benchmarks/explain.py --steps 196 --random-orders 10 --threads 1
+    .venv/bin/python benchmarks/explain.py --ig-only --repeats 7
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ig-steps", type=int, default=32)
+    parser.add_argument("--ig-only", action="store_true", help="only the Integrated Gradients comparison")
     arguments = parser.parse_args()
 
     torch.set_num_threads(arguments.threads)
@@ -67,6 +69,10 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, {arguments.threads} torch thread(s), device {model.device}, torch {torch.__version__};"
         f" load average {os.getloadavg()[0]:.1f}; image {arguments.image.name}; batch size {model.batch_size}"
     )
+    if arguments.ig_only:
+        target = int(model.logits(one)[0].argmax())
+        compare_integrated_gradients(model, prepared, target, arguments.ig_steps, arguments.repeats)
+        return
 
     forward = median_seconds(lambda: model.logits(one), arguments.repeats)
     batched = median_seconds(lambda: model.logits(batch), arguments.repeats) / model.batch_size
