@@ -135,6 +135,8 @@ def test_command_reports_robustness_and_road(cli, workdir, photo):
         (["--robustness", "--radius", "0"], "--radius must be above 0 and at most 1"),
         (["--robustness", "--radius", "2"], "--radius must be above 0 and at most 1"),
         (["--sanity", "--sanity-threshold", "1"], "--sanity-threshold must be between 0 and 1"),
+        (["--sanity", "--sanity-seed", "-1"], "--sanity-seed must be between 0 and 9223372036854775807, not -1"),
+        (["--road", "--noise-seed", "-1"], "--noise-seed must be between 0 and 9223372036854775807, not -1"),
     ],
 )
 def test_command_refuses_bad_audit_options_before_the_model_loads(cli, photo, arguments, message, monkeypatch):

@@ -14,6 +14,7 @@ MAX_SAMPLES = 1000
 DEFAULT_IG_STEPS = 32
 DEFAULT_SAMPLES = 10
 DEFAULT_NOISE = 0.15  # Smilkov et al.: 10-20% of the input range works best
+MAX_SEED = 2**63 - 1  # torch generators take seeds up to 2^64 - 1; one bound for every seed here
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ def check_gradient_options(options: GradientOptions) -> None:
         raise UsageError(f"unknown --baseline {options.baseline!r}: choose one of {', '.join(BASELINES)}")
     if not 1 <= options.samples <= MAX_SAMPLES:
         raise UsageError(f"--samples must be between 1 and {MAX_SAMPLES}, not {options.samples}")
+    if not 0 <= options.seed <= MAX_SEED:
+        raise UsageError(f"--noise-seed must be between 0 and {MAX_SEED}, not {options.seed}")
     if not 0 < options.noise <= 1:
         raise UsageError(f"--noise must be above 0 and at most 1 (a fraction of the input range), not {options.noise}")
 
@@ -63,5 +66,7 @@ def check_audit_options(options: AuditOptions) -> None:
         raise UsageError(f"--masks {options.masks} is not a folder")
     if not 0 < options.radius <= MAX_RADIUS:
         raise UsageError(f"--radius must be above 0 and at most {MAX_RADIUS:g}, not {options.radius}")
+    if not 0 <= options.sanity_seed <= MAX_SEED:
+        raise UsageError(f"--sanity-seed must be between 0 and {MAX_SEED}, not {options.sanity_seed}")
     if not 0 < options.sanity_threshold < 1:
         raise UsageError(f"--sanity-threshold must be between 0 and 1, not {options.sanity_threshold}")
