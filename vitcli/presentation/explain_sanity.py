@@ -142,9 +142,10 @@ def figure(result: Sanity, crop: np.ndarray, weights_label: str) -> Any:
                 panel.set_title(step.name, fontsize=6)
             if column == 0:
                 panel.set_ylabel(method, fontsize=8)
-        curves = fig.add_subplot(panels[row][-2].get_subplotspec().subgridspec(1, 1)[0])
+        grid = panels[row][-2].get_subplotspec().get_gridspec()
         panels[row][-2].remove()
         panels[row][-1].remove()
+        curves = fig.add_subplot(grid[row, -2:])  # the last two columns
         steps = range(len(cascade))
         for key, label in (("spearman_abs", "Spearman |map|"), ("spearman_signed", "Spearman map"), ("ssim", "SSIM")):
             curves.plot(steps, [getattr(step.similarity[method], key) for step in cascade], marker=".", label=label)
