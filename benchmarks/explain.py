@@ -5,10 +5,14 @@ One run measures, on a random-weight ViT-Tiny (the default architecture) and one
   - relevance: `explain(..., ["relevance"])`, that is the clean forward for the target, the hooked forward and
     backward with the fused attention off, the self-check forward and the relevance rule;
   - the faithfulness curves of that map (and of `--random-orders` random orders) with `--steps` steps;
-each as the median of `--repeats` runs, with its ratio to the one-image forward. It prints, asserts nothing.
+each as the median of `--repeats` runs, with its ratio to the one-image forward; and Integrated Gradients
+(`--ig-steps` points, gray baseline) by vitcli against captum's IntegratedGradients with the same method
+(riemann_trapezoid) and internal batch size (`batch_size`), in this one process, run alternately, with their ratio.
+It prints, asserts nothing.
 
     .venv/bin/python benchmarks/explain.py
     .venv/bin/python benchmarks/explain.py --steps 196 --random-orders 10 --threads 1
+    .venv/bin/python benchmarks/explain.py --ig-only --repeats 7
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 from vitcli.experiments.explain import explain
 from vitcli.experiments.faithfulness import FaithfulnessOptions, count_forwards, faithfulness
+from vitcli.experiments.gradients import integrated_gradients
 from vitcli.experiments.occlusion import fill_image
 from vitcli.images import sample_photo
 from vitcli.loading import load_model
@@ -51,6 +56,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--ig-steps", type=int, default=32)
+    parser.add_argument("--ig-only", action="store_true", help="only the Integrated Gradients comparison")
     arguments = parser.parse_args()
 
     torch.set_num_threads(arguments.threads)
@@ -62,6 +69,10 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, {arguments.threads} torch thread(s), device {model.device}, torch {torch.__version__};"
         f" load average {os.getloadavg()[0]:.1f}; image {arguments.image.name}; batch size {model.batch_size}"
     )
+    if arguments.ig_only:
+        target = int(model.logits(one)[0].argmax())
+        compare_integrated_gradients(model, prepared, target, arguments.ig_steps, arguments.repeats)
+        return
 
     forward = median_seconds(lambda: model.logits(one), arguments.repeats)
     batched = median_seconds(lambda: model.logits(batch), arguments.repeats) / model.batch_size
@@ -93,6 +104,44 @@ def main() -> None:
     for name, seconds in rows:
         print(f"{name:84} {seconds:9.4f} {seconds / forward:10.2f}")
     print(f"self-check of the hooked forward: max |logits - eval forward| {result.output_difference:.2g}")
+    compare_integrated_gradients(model, prepared, result.target.index, arguments.ig_steps, arguments.repeats)
+
+
+def compare_integrated_gradients(model, prepared, target: int, steps: int, repeats: int) -> None:
+    """vitcli's IG against captum's on the same model, image, baseline, steps and internal batch size, alternating."""
+    from captum.attr import IntegratedGradients
+
+    baseline = fill_image(model, prepared, "gray")
+
+    def ours() -> object:
+        return integrated_gradients(model, prepared.input, baseline, target, None, steps)
+
+    captum = IntegratedGradients(model.net)
+
+    def theirs() -> object:
+        attribution = captum.attribute(
+            prepared.input[None].to(model.device),
+            baselines=baseline[None].to(model.device),
+            target=target,
+            n_steps=steps,
+            method="riemann_trapezoid",
+            internal_batch_size=model.batch_size,
+        )
+        model.net.zero_grad(set_to_none=True)
+        return attribution
+
+    ours(), theirs()  # warm-up
+    timings: dict[str, list[float]] = {"vitcli": [], "captum": []}
+    for _ in range(repeats):
+        for name, action in (("vitcli", ours), ("captum", theirs)):
+            start = time.perf_counter()
+            action()
+            timings[name].append(time.perf_counter() - start)
+    vitcli_seconds, captum_seconds = (statistics.median(timings[name]) for name in ("vitcli", "captum"))
+    print(
+        f"\nIntegrated Gradients, {steps} steps, internal batch {model.batch_size}, median of {repeats} alternating: "
+        f"vitcli {vitcli_seconds:.3f} s, captum {captum_seconds:.3f} s, ratio {vitcli_seconds / captum_seconds:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -351,7 +351,7 @@ def test_explain_command_writes_raw_maps_and_curves(cli, workdir, vit, photo):
     name = "explain-mrelevance_gradcam-b12-gray-ttop1-f2-r1-o0"
     assert document["experiment"]["name"] == name
     files = result_files(workdir / "outputs", name)
-    assert set(files) == {"json", "csv", "png", "curves.csv"}
+    assert set(files) == {"json", "csv", "png", "curves.csv", "relevance.npy", "gradcam.npy"}
     assert json.loads(files["json"].read_text())["result"] == document["result"]
     # The same numbers as the experiment called directly on the same model: raw, not normalized.
     direct = explain(vit, vit.prepare(photo), ["relevance", "gradcam"])

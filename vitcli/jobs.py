@@ -28,9 +28,10 @@ class Presentation:
     rows: list[dict[str, Any]]  # long-form CSV rows; the emitter and store add image and model columns
     document: dict[str, Any]  # the JSON body; the store adds provenance, the image and the experiment
     figure: Callable[[], Any] | None = None  # builds the matplotlib figure; called only when files are written
-    # More files: suffix -> text (written as is, e.g. a headerless "grid.csv"), or -> CSV rows (written with the
+    # More files: suffix -> text or bytes (written as is, e.g. a headerless "grid.csv", an array "relevance.npy"),
+    # -> a function writing the bytes when files are written (a second figure), or -> CSV rows (written with the
     # same image and model columns as the main CSV, e.g. "curves.csv").
-    extra_files: dict[str, str | list[dict[str, Any]]] = field(default_factory=dict)
+    extra_files: dict[str, str | bytes | Callable[[Any], None] | list[dict[str, Any]]] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)  # headline numbers for a batch run's summary.csv
 
     @classmethod

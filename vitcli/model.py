@@ -166,6 +166,22 @@ class VitModel:
         crop = self._to_crop(image)
         return PreparedImage(source, crop, self._normalize(crop))
 
+    def crop_mask(self, labels: Tensor) -> Tensor:
+        """An (h, w) label mask at the decoded image's size through the eval transform's resize and centre crop, with
+        nearest-neighbour interpolation (labels stay labels): (H, W) like the model's input."""
+        from torchvision.transforms import CenterCrop, InterpolationMode, Resize
+        from torchvision.transforms import functional as transforms
+
+        mask = labels[None]
+        for step in self._to_crop.transforms:
+            if isinstance(step, Resize):
+                mask = transforms.resize(mask, step.size, InterpolationMode.NEAREST, step.max_size, antialias=False)
+            elif isinstance(step, CenterCrop):
+                mask = transforms.center_crop(mask, list(step.size))
+            elif "ToTensor" not in type(step).__name__:
+                raise VitcliError(f"cannot follow the eval transform's {type(step).__name__} with a mask")
+        return mask[0]
+
     # ----- forwards
 
     def logits(self, inputs: Tensor) -> Tensor:

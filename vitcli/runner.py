@@ -96,7 +96,7 @@ class Publisher:
         if presentation.figure is not None:
             files["png"] = _figure_writer(presentation.figure)
         for suffix, content in presentation.extra_files.items():
-            if not isinstance(content, str):
+            if isinstance(content, list):
                 content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
             files[suffix] = content
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}

@@ -1,13 +1,43 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from vitcli.commands.explain_options import (
+    Baseline,
+    BaselineOption,
+    ContrastOption,
+    IgStepsOption,
+    MasksOption,
+    NoiseOption,
+    NoiseSeedOption,
+    RadiusOption,
+    RoadOption,
+    RobustnessOption,
+    SamplesOption,
+    SanityOption,
+    SanitySeedOption,
+    SanityThresholdOption,
+    audit_name_parts,
+    audit_settings,
+)
 from vitcli.commands.occlude import Fill, TargetOption
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
+from vitcli.experiments.explain_options import (
+    DEFAULT_IG_STEPS,
+    DEFAULT_NOISE,
+    DEFAULT_RADIUS,
+    DEFAULT_SAMPLES,
+    DEFAULT_SANITY_THRESHOLD,
+    AuditOptions,
+    GradientOptions,
+    check_audit_options,
+    check_gradient_options,
+)
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
@@ -17,6 +47,7 @@ from vitcli.shell import vitcli_command
 DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 _FAITHFULNESS = "Faithfulness options"
+GRADIENT_METHODS = ("relevance", "grad-rollout", "gradcam", "ig", "smoothgrad", "gradient")
 
 
 class Method(StrEnum):
@@ -26,6 +57,9 @@ class Method(StrEnum):
     attention = "attention"
     rollout = "rollout"
     occlusion = "occlusion"
+    ig = "ig"
+    smoothgrad = "smoothgrad"
+    gradient = "gradient"
 
 
 def resolve_target_text(architecture: Any, text: str | None) -> int | None:
@@ -48,6 +82,9 @@ class ExplainJob(Job):
         steps: int | None,
         random_orders: int,
         order_seed: int,
+        contrast: str | None = None,
+        gradients: GradientOptions | None = None,
+        audits: AuditOptions | None = None,
     ):
         self.methods = methods
         self.target_text = target
@@ -57,7 +94,11 @@ class ExplainJob(Job):
         self.steps = steps
         self.random_orders = random_orders
         self.order_seed = order_seed
+        self.contrast_text = contrast
+        self.gradients = gradients or GradientOptions()
+        self.audits = audits or AuditOptions()
         self.target: int | None = None  # resolved by check()
+        self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
         depth, patches = architecture.depth, architecture.grid.num_patches
@@ -71,6 +112,9 @@ class ExplainJob(Job):
             if not 1 <= self.steps <= patches:
                 raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {self.steps}")
         self.target = resolve_target_text(architecture, self.target_text)
+        self.contrast = resolve_target_text(architecture, self.contrast_text)
+        if self.contrast is not None and self.contrast == self.target:
+            raise UsageError(f"--contrast {self.contrast_text} is the target class {self.target}: choose another class")
 
     def name(self) -> str:
         reads_block = {"gradcam", "attention"} & set(self.methods)
@@ -80,7 +124,14 @@ class ExplainJob(Job):
             setting("b", self.block) if reads_block else None,
             self.fill if covers else None,
             setting("t", "top1" if self.target is None else self.target),
+            setting("c", self.contrast) if self.contrast is not None else None,
         ]
+        if "ig" in self.methods:
+            parts += [setting("ig", self.gradients.ig_steps), self.gradients.baseline]
+        if "smoothgrad" in self.methods:
+            parts += [setting("n", self.gradients.samples), setting("s", self.gradients.noise)]
+            parts.append(None if self.audits.robustness or self.audits.road else setting("ns", self.gradients.seed))
+        parts += audit_name_parts(self.audits, self.gradients)
         if self.faithfulness:
             parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
@@ -95,17 +146,28 @@ class ExplainJob(Job):
             "steps": self.steps,
             "random_orders": self.random_orders,
             "order_seed": self.order_seed,
+            "contrast": self.contrast,
+            "ig_steps": self.gradients.ig_steps,
+            "baseline": self.gradients.baseline,
+            "samples": self.gradients.samples,
+            "noise": self.gradients.noise,
+            "noise_seed": self.gradients.seed,
+            **audit_settings(self.audits),
         }
 
     def compute(self, work: ImageWork) -> Any:
-        from vitcli.experiments.explain import count_work, explain
+        from vitcli.experiments.explain import MapSettings, count_work, explain
+        from vitcli.experiments.explain_audits import audit, count_audit_work
         from vitcli.experiments.faithfulness import FaithfulnessOptions
 
         options = FaithfulnessOptions(self.steps, self.random_orders, self.order_seed) if self.faithfulness else None
-        total = count_work(work.model, self.methods, options)
+        total = count_work(work.model, self.methods, options, self.gradients)
+        if self.audits.any:
+            settings = MapSettings(self.block or work.model.depth, self.fill, gradients=self.gradients)
+            total += count_audit_work(work.model, self.methods, settings, self.audits)
         if total:
             work.steps.start(total, f"explaining {work.image.source.path.name}")
-        return explain(
+        result = explain(
             work.model,
             work.image,
             self.methods,
@@ -115,35 +177,53 @@ class ExplainJob(Job):
             faithfulness=options,
             on_progress=work.steps.advance,
             clean_logits=work.clean_logits(),
+            contrast=None if self.contrast is None else str(self.contrast),
+            gradient_options=self.gradients,
         )
+        if self.audits.any:
+            contrast = None if result.contrast is None else result.contrast.index
+            settings = MapSettings(result.block, self.fill, gradients=self.gradients, contrast=contrast)
+            result.audits = audit(work.model, work.image, result, settings, self.audits, work.steps.advance)
+        return result
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import explain as view
+        from vitcli.presentation import explain_audit
 
         curves = {"curves.csv": view.curve_rows(result)} if result.faithfulness is not None else {}
+        document = {**view.document(result), "arrays": explain_audit.arrays_json(result, self.name())}
         return Presentation(
             view.table(result),
             view.rows(result),
-            view.document(result),
+            document,
             figure=lambda: view.figure(result),
-            extra_files=curves,
+            extra_files={**curves, **explain_audit.audit_files(result)},
             summary=view.summary(result),
         )
 
     def present_across_images(self, results: list[Any]) -> Presentation | None:
-        """With --faithfulness over several images: each method's mean and spread of both AUCs."""
+        """Over several images: each method's mean and spread of both faithfulness AUCs (with --faithfulness) and
+        of every audit score, ranked per score. Computed from each image's JSON body alone."""
+        from rich.console import Group
+
         from vitcli.experiments.faithfulness import faithfulness_spread
         from vitcli.presentation import explain as view
+        from vitcli.presentation import explain_audit
 
         curves = [result.faithfulness for result in results if result.faithfulness is not None]
-        if not curves:
+        ranking = explain_audit.score_ranking([view.document(result) for result in results])
+        if not curves and not ranking:
             return None
         spreads = faithfulness_spread(curves)
-        return Presentation(
-            view.spread_table(spreads),
-            view.spread_rows(spreads),
-            {"images": len(curves), "methods": view.spread_rows(spreads)},
+        tables = ([view.spread_table(spreads)] if curves else []) + (
+            [explain_audit.ranking_table(ranking)] if ranking else []
         )
+        document: dict[str, Any] = {"images": len(results)}
+        if curves:
+            document |= {"images": len(curves), "methods": view.spread_rows(spreads)}
+        if ranking:
+            document["audit_scores"] = ranking
+        return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document)
 
 
 @builds_jobs("explain")
@@ -156,6 +236,19 @@ def explain_jobs(
     steps: int | None = None,
     random_orders: int = 5,
     order_seed: int = 0,
+    contrast: str | None = None,
+    ig_steps: int = DEFAULT_IG_STEPS,
+    baseline: str = "gray",
+    samples: int = DEFAULT_SAMPLES,
+    noise: float = DEFAULT_NOISE,
+    noise_seed: int = 0,
+    masks: str | None = None,
+    robustness: bool = False,
+    radius: float = DEFAULT_RADIUS,
+    road: bool = False,
+    sanity: bool = False,
+    sanity_seed: int = 0,
+    sanity_threshold: float = DEFAULT_SANITY_THRESHOLD,
 ) -> list[Job]:
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
     unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
@@ -167,7 +260,29 @@ def explain_jobs(
         raise UsageError("--steps sets the faithfulness curves: add --faithfulness")
     if random_orders < 0:
         raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
-    return [ExplainJob(methods, target, block, str(fill), faithfulness, steps, random_orders, order_seed)]
+    gradients = GradientOptions(ig_steps, str(baseline), samples, noise, noise_seed)
+    check_gradient_options(gradients)
+    audits = AuditOptions(
+        None if masks is None else Path(masks), robustness, radius, road, sanity, sanity_seed, sanity_threshold
+    )
+    check_audit_options(audits)
+    if contrast is not None and not set(GRADIENT_METHODS) & set(methods):
+        raise UsageError(f"--contrast applies to the gradient methods: add one of {', '.join(GRADIENT_METHODS)}")
+    return [
+        ExplainJob(
+            methods,
+            target,
+            block,
+            str(fill),
+            faithfulness,
+            steps,
+            random_orders,
+            order_seed,
+            contrast,
+            gradients,
+            audits,
+        )
+    ]
 
 
 @vitcli_command(
@@ -187,7 +302,8 @@ def explain_command(
             "--method",
             "-M",
             help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
-            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch); repeatable. "
+            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch), ig (Integrated "
+            "Gradients), smoothgrad, gradient (gradient x input); repeatable. "
             f"Default: {', '.join(DEFAULT_METHODS)}.",
             show_default=False,
         ),
@@ -226,10 +342,45 @@ def explain_command(
         int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
     ] = 5,
     order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
+    contrast: ContrastOption = None,
+    ig_steps: IgStepsOption = DEFAULT_IG_STEPS,
+    baseline: BaselineOption = Baseline.gray,
+    samples: SamplesOption = DEFAULT_SAMPLES,
+    noise: NoiseOption = DEFAULT_NOISE,
+    noise_seed: NoiseSeedOption = 0,
+    masks: MasksOption = None,
+    robustness: RobustnessOption = False,
+    radius: RadiusOption = DEFAULT_RADIUS,
+    road: RoadOption = False,
+    sanity: SanityOption = False,
+    sanity_seed: SanitySeedOption = 0,
+    sanity_threshold: SanityThresholdOption = DEFAULT_SANITY_THRESHOLD,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
     context.run(
-        explain_jobs(method, target, block, fill, faithfulness, steps, random_orders, order_seed),
+        explain_jobs(
+            method,
+            target,
+            block,
+            fill,
+            faithfulness,
+            steps,
+            random_orders,
+            order_seed,
+            contrast,
+            ig_steps,
+            baseline,
+            samples,
+            noise,
+            noise_seed,
+            None if masks is None else str(masks),
+            robustness,
+            radius,
+            road,
+            sanity,
+            sanity_seed,
+            sanity_threshold,
+        ),
         images,
     )

@@ -22,17 +22,20 @@ from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.attention import patch_map
+from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
+from vitcli.experiments.gradients import PIXEL_METHODS, PixelAttribution, count_backwards, pixel_attribution
 from vitcli.experiments.occlusion import ClassProbability, SlidingWindows, fill_image, occlude_patches, resolve_target
 from vitcli.experiments.rollout import attention_rollout, check_rollout_options
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 
-METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion")
+METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion", *PIXEL_METHODS)
 ATTENTION_METHODS = frozenset({"relevance", "grad-rollout", "attention", "rollout"})
-GRADIENT_METHODS = frozenset({"relevance", "grad-rollout", "gradcam"})
+GRADIENT_METHODS = frozenset({"relevance", "grad-rollout", "gradcam"})  # from the one hooked backward
+CONTRASTIVE_METHODS = GRADIENT_METHODS | set(PIXEL_METHODS)
 OUTPUT_TOLERANCE = 1e-4  # largest |logits under the hooks - the model's own eval forward| allowed
 
 
@@ -45,6 +48,7 @@ class MethodMap:
     values: np.ndarray  # (grid rows, grid cols) float64, raw: entry [r, c] belongs to patch r * cols + c + 1
     unit: str
     definition: str  # what was computed, with its parameters
+    attribution: PixelAttribution | None = None  # the pixel methods' raw attribution and signed patch sums
 
 
 @dataclass
@@ -60,6 +64,8 @@ class Explanation:
     maps: list[MethodMap]
     output_difference: float | None  # max |logits under the hooks - eval forward|; None when no hooked pass ran
     faithfulness: Faithfulness | None = None
+    contrast: ClassProbability | None = None  # the gradient methods explain logit(target) - logit(contrast)
+    audits: Any = None  # explain_audits.Audits when any audit ran: localisation, robustness, ROAD, sanity
 
 
 # ----- options
@@ -84,10 +90,17 @@ def resolve_block(model: VitModel, block: int | None) -> int:
     return block
 
 
-def count_work(model: VitModel, methods: Sequence[str], options: FaithfulnessOptions | None) -> int:
-    """Forwards `explain` reports through on_progress: occlusion's covers and the faithfulness curves."""
+def count_work(
+    model: VitModel,
+    methods: Sequence[str],
+    options: FaithfulnessOptions | None,
+    gradient_options: GradientOptions | None = None,
+) -> int:
+    """Passes `explain` reports through on_progress: occlusion's covers, the pixel methods' backward passes and the
+    faithfulness curves."""
     covers = model.grid.num_patches if "occlusion" in methods else 0
-    return covers + (count_forwards(len(methods), options) if options is not None else 0)
+    backwards = count_backwards(list(methods), gradient_options or GradientOptions())
+    return covers + backwards + (count_forwards(len(methods), options) if options is not None else 0)
 
 
 # ----- the hooked forward and backward
@@ -155,8 +168,10 @@ def capture_gradients(
     feature_block: int | None,
     backward: bool = True,
     eval_logits: Tensor | None = None,
+    contrast: int | None = None,
 ) -> GradientCapture:
-    """Run one (3, H, W) normalized image through the model with hooks; backward from the target logit.
+    """Run one (3, H, W) normalized image through the model with hooks; backward from the target logit (minus the
+    contrast class's logit, when given).
 
     eval_logits: the model's eval forward of the image, when already computed (else it runs here).
     """
@@ -172,7 +187,8 @@ def capture_gradients(
     with torch.enable_grad(), switch, attention_capture, feature_capture:
         logits = net(inputs)[0]
         if backward:
-            torch.autograd.grad(logits[target], inputs)
+            score = logits[target] - logits[contrast] if contrast is not None else logits[target]
+            torch.autograd.grad(score, inputs)
     for capture in (attention_capture, feature_capture):
         if any(output is None for output in capture.outputs) or (
             backward and any(gradient is None for gradient in capture.gradients)
@@ -245,13 +261,18 @@ def explain(
     faithfulness: FaithfulnessOptions | None = None,
     on_progress: Callable[[int], None] | None = None,
     clean_logits: Tensor | None = None,
+    contrast: str | None = None,
+    gradient_options: GradientOptions | None = None,
 ) -> Explanation:
     """Each method's raw map for the target class (default the clean top-1), and optionally their curves.
 
     clean_logits: the model's eval forward of the image, when the caller has it (else it runs here).
+    contrast: a class whose logit the gradient methods subtract from the target's ("why target rather than this").
     """
     methods = check_methods(methods)
     block = resolve_block(model, block)
+    gradient_options = gradient_options or GradientOptions()
+    check_gradient_options(gradient_options)
     if faithfulness is not None:
         check_options(model.grid, faithfulness)
     if {"rollout", "grad-rollout"} & set(methods):
@@ -260,7 +281,66 @@ def explain(
         clean_logits = model.logits(prepared.input[None])[0]
     clean = clean_logits.float().cpu().softmax(dim=-1)
     target_index = resolve_target(model, target, clean)
+    contrast_index = None if contrast is None else resolve_target(model, contrast, clean)
+    if contrast_index == target_index:
+        if target is None:  # known only now: this image's top-1 is the contrast class
+            raise VitcliError(f"the clean top-1 class {target_index} is the --contrast class: give --target")
+        raise UsageError(f"--contrast {contrast} is the target class {target_index}: choose another class")
     top = int(clean.argmax())
+    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options, contrast_index)
+    maps, output_difference = method_maps(model, prepared, methods, target_index, settings, on_progress, clean_logits)
+    curves = None
+    if faithfulness is not None:
+        values = {item.method: item.values for item in maps}
+        fill_pixels = fill_image(model, prepared, fill)
+        curves = faithfulness_curves(
+            model, prepared.input, fill_pixels, values, target_index, faithfulness, on_progress
+        )
+
+    def scored(index: int) -> ClassProbability:
+        return ClassProbability(index, model.labels[index], float(clean[index]))
+
+    return Explanation(
+        prepared.source,
+        prepared.crop_uint8(),
+        model.grid,
+        model.spec.label,
+        scored(target_index),
+        scored(top),
+        block,
+        fill,
+        maps,
+        output_difference,
+        curves,
+        None if contrast_index is None else scored(contrast_index),
+    )
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    """Everything but the image, the methods and the target that decides the maps."""
+
+    block: int
+    fill: str = "gray"
+    head_fusion: str = "mean"
+    discard_ratio: float = 0.0
+    gradients: GradientOptions = GradientOptions()
+    contrast: int | None = None
+
+
+def method_maps(
+    model: VitModel,
+    prepared: PreparedImage,
+    methods: Sequence[str],
+    target_index: int,
+    settings: MapSettings,
+    on_progress: Callable[[int], None] | None = None,
+    clean_logits: Tensor | None = None,
+) -> tuple[list[MethodMap], float | None]:
+    """The maps of checked methods for a resolved target, and the hooked pass's self-check (None when none ran).
+
+    The audits call this again on perturbed images and randomised models."""
+    block, contrast = settings.block, settings.contrast
     needs_attention = bool(ATTENTION_METHODS & set(methods))
     if needs_attention:
         model.require_standard_blocks()
@@ -274,27 +354,30 @@ def explain(
             feature_block=block if "gradcam" in methods else None,
             backward=bool(GRADIENT_METHODS & set(methods)),
             eval_logits=clean_logits,
+            contrast=contrast,
         )
     grid = model.grid
+    fill, head_fusion, discard_ratio = settings.fill, settings.head_fusion, settings.discard_ratio
     fusion = f"head fusion {head_fusion}, discard ratio {discard_ratio:g}"
+    logit = "logit" if contrast is None else f"(logit - logit of class {contrast})"
     recipes = {
         "relevance": lambda: (
             relevance_map(grid, capture.attention, capture.attention_gradients),
             "relevance",
-            "Chefer et al. ICCV 2021: per block A-bar = mean over heads of (A * d logit/dA)^+, R = I, R += A-bar R; "
-            "CLS row of R over the patches",
+            f"Chefer et al. ICCV 2021: per block A-bar = mean over heads of (A * d {logit}/dA)^+, R = I, "
+            "R += A-bar R; CLS row of R over the patches",
         ),
         "grad-rollout": lambda: (
             grad_rollout_map(grid, capture.attention, capture.attention_gradients, discard_ratio),
             "rollout",
-            "rollout of mean over heads of (A * d logit/dA), negatives set to 0; identity added, rows renormalized, "
-            f"discard ratio {discard_ratio:g}; CLS row over the patches",
+            f"rollout of mean over heads of (A * d {logit}/dA), negatives set to 0; identity added, rows "
+            f"renormalized, discard ratio {discard_ratio:g}; CLS row over the patches",
         ),
         "gradcam": lambda: (
             gradcam_map(grid, capture.features, capture.feature_gradients),
             "Grad-CAM",
             f"Grad-CAM at blocks[{block - 1}].norm1 (block {block}): ReLU(sum over channels of the patch-mean gradient "
-            "of the logit times the feature); prefix tokens dropped",
+            f"of the {logit} times the feature); prefix tokens dropped",
         ),
         "attention": lambda: (
             patch_map(grid, capture.attention[block - 1].double().mean(dim=0)[0]),
@@ -312,27 +395,16 @@ def explain(
             f"100 x (clean - covered) target probability, each patch alone covered with {fill} fill",
         ),
     }
-    maps = [MethodMap(method, *recipes[method]()) for method in methods]
-    curves = None
-    if faithfulness is not None:
-        values = {item.method: item.values for item in maps}
-        fill_pixels = fill_image(model, prepared, fill)
-        curves = faithfulness_curves(
-            model, prepared.input, fill_pixels, values, target_index, faithfulness, on_progress
-        )
-    return Explanation(
-        prepared.source,
-        prepared.crop_uint8(),
-        grid,
-        model.spec.label,
-        ClassProbability(target_index, model.labels[target_index], float(clean[target_index])),
-        ClassProbability(top, model.labels[top], float(clean[top])),
-        block,
-        fill,
-        maps,
-        capture.output_difference if capture is not None else None,
-        curves,
-    )
+    maps = []
+    for method in methods:
+        if method in PIXEL_METHODS:
+            values, attribution, unit, definition = pixel_attribution(
+                model, prepared, method, target_index, contrast, settings.gradients, on_progress
+            )
+            maps.append(MethodMap(method, values, unit, definition, attribution))
+        else:
+            maps.append(MethodMap(method, *recipes[method]()))
+    return maps, capture.output_difference if capture is not None else None
 
 
 def _occlusion_map(model: VitModel, prepared: PreparedImage, target: int, fill: str, on_progress) -> np.ndarray:

@@ -17,6 +17,13 @@ from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.grid import PatchGrid
+from vitcli.presentation.explain_audit import (
+    attribution_json,
+    audit_summary,
+    audit_tables,
+    audits_json,
+    completeness_text,
+)
 from vitcli.render import weights_caption
 
 TOP_PATCHES = 5
@@ -30,14 +37,17 @@ def top_patches(grid: PatchGrid, values: np.ndarray, count: int) -> list[tuple[i
 
 
 def _target_text(result: Explanation) -> str:
-    target = result.target
-    return f"{target.index} {target.label.split(',')[0]} (clean p {target.probability:.4g})"
+    target, contrast = result.target, result.contrast
+    text = f"{target.index} {target.label.split(',')[0]} (clean p {target.probability:.4g})"
+    if contrast is not None:
+        text += f" rather than {contrast.index} {contrast.label.split(',')[0]} (clean p {contrast.probability:.4g})"
+    return text
 
 
 def _check_text(result: Explanation) -> str:
     if result.output_difference is None:
-        return ""
-    return (
+        return completeness_text(result)
+    return completeness_text(result) + (
         f"self-check: logits under the hooks vs eval forward, max |difference| {result.output_difference:.2g} "
         f"(tolerance {OUTPUT_TOLERANCE:g})\n"
     )
@@ -66,6 +76,7 @@ def table(result: Explanation, top: int = TOP_PATCHES) -> Group:
     parts: list[Any] = [maps]
     if result.faithfulness is not None:
         parts.append(faithfulness_table(result))
+    parts += audit_tables(result)
     return Group(*parts)
 
 
@@ -194,6 +205,7 @@ def document(result: Explanation, top: int = TOP_PATCHES) -> dict[str, Any]:
         "weights": result.weights_label,
         "target": _class_json(result.target),
         "clean_top1": _class_json(result.top1),
+        "contrast": None if result.contrast is None else _class_json(result.contrast),
         "block": result.block,
         "fill": result.fill,
         "grid": {
@@ -211,6 +223,8 @@ def document(result: Explanation, top: int = TOP_PATCHES) -> dict[str, Any]:
     }
     if result.faithfulness is not None:
         body["faithfulness"] = _faithfulness_json(result.faithfulness)
+    if result.audits is not None:
+        body["audits"] = audits_json(result)
     return body
 
 
@@ -225,6 +239,7 @@ def _map_json(grid: PatchGrid, item: MethodMap, top: int) -> dict[str, Any]:
         "definition": item.definition,
         "top": [{"patch": f"P{patch}", "value": value} for patch, value in top_patches(grid, item.values, top)],
         "values": [[None if np.isnan(value) else float(value) for value in line] for line in item.values],
+        **attribution_json(item),
     }
 
 
@@ -362,7 +377,7 @@ def summary(result: Explanation) -> dict[str, Any]:
         for method, deletion, insertion in aucs:
             values[f"explain_{_column(method)}_deletion_auc"] = deletion
             values[f"explain_{_column(method)}_insertion_auc"] = insertion
-    return values
+    return values | audit_summary(result)
 
 
 def _column(method: str) -> str:
