@@ -234,7 +234,8 @@ document.addEventListener('keydown', (event) => {
   event.preventDefault();
   if (state.query < prefix) { state.query = prefix; render(); return; }
   const where = place(state.query), [down, right] = moves[event.key];
-  const row = Math.min(rows - 1, Math.max(0, where.row + down)), col = Math.min(cols - 1, Math.max(0, where.col + right));
+  const row = Math.min(rows - 1, Math.max(0, where.row + down));
+  const col = Math.min(cols - 1, Math.max(0, where.col + right));
   state.query = prefix + row * cols + col;
   render();
 });
