@@ -93,9 +93,10 @@ class Exploration:
 
     def stored_error(self) -> dict[str, float]:
         """The largest |float16 - exact| of the stored attention and rollout, as measured."""
+        attention, rollout = self.attention.numpy(), self.rollout.numpy()
         return {
-            "attention": float((self.attention.half().float() - self.attention).abs().max()),
-            "rollout": float((self.rollout.half().double() - self.rollout).abs().max()),
+            "attention": float(np.abs(attention.astype(np.float16).astype(np.float32) - attention).max()),
+            "rollout": float(np.abs(rollout.astype(np.float16).astype(np.float64) - rollout).max()),
         }
 
 
