@@ -163,12 +163,12 @@ def is_explorer_page(path: Path) -> bool:
     return path.suffix == ".html" and path.stem.split("-")[0] == EXPLORER_PREFIX
 
 
-def explorer_fragment(page_path: Path, height: int = 900) -> str:
-    """The explorer page as an HTML fragment for another page: a sandboxed iframe holding the whole page (scripts
-    run, nothing else is allowed), so the report stays one self-contained file."""
-    text = page_path.read_text(encoding="utf-8")
+def explorer_fragment(page: str, title: str = "attention explorer", height: int = 900) -> str:
+    """An explorer page (the text of an explore .html file) as an HTML fragment for another page or a notebook: a
+    sandboxed iframe holding the whole page (its script runs, nothing else is allowed), so the host page stays one
+    self-contained file."""
     return (
-        f'<iframe class="explorer" title="{html.escape(page_path.name)}" sandbox="allow-scripts" '
-        f'style="width:100%;height:{height}px;border:1px solid #ccc" srcdoc="{html.escape(text, quote=True)}">'
+        f'<iframe class="explorer" title="{html.escape(title)}" sandbox="allow-scripts" '
+        f'style="width:100%;height:{height}px;border:1px solid #ccc" srcdoc="{html.escape(page, quote=True)}">'
         "</iframe>"
     )
