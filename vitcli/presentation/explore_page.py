@@ -24,7 +24,7 @@ h1 { font-size: 18px; margin: 0 0 4px 0; }
 .scale { display: flex; align-items: center; gap: 6px; font-size: 12px; margin: 4px 0; }
 .scale canvas { width: 160px; height: 12px; border: 1px solid #888; }
 #readout { font-family: ui-monospace, monospace; min-height: 1.4em; margin: 8px 0; }
-#top { font-family: ui-monospace, monospace; font-size: 12px; }
+#top { font-family: ui-monospace, monospace; font-size: 12px; max-width: 400px; }
 """
 
 SCRIPT = r"""
@@ -175,9 +175,9 @@ function hover(panel, token) {
 }
 
 const headsBox = document.getElementById('heads');
-const mainPanel = makePanel(document.getElementById('main'), 448, 'main');
+const mainPanel = makePanel(document.getElementById('main'), 384, 'main');
 const headPanels = [];
-for (let head = 0; head < heads; head++) headPanels.push(makePanel(headsBox, 224, 'head ' + (head + 1)));
+for (let head = 0; head < heads; head++) headPanels.push(makePanel(headsBox, 200, 'head ' + (head + 1)));
 headPanels.forEach((panel, head) => { panel.dataset.head = String(head + 1); });
 
 function render() {
