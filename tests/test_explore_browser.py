@@ -202,3 +202,33 @@ def test_head_selector_mean_rollout_hover_and_arrow_keys(opened, explored):
     page.click("#cls")
     page.wait_for_function("document.body.dataset.query === '0'")
     assert errors == []
+
+
+def test_the_report_fragment_embeds_a_working_explorer(browser, explored, tmp_path):
+    """explorer_fragment (what `vitcli report` embeds): the page inside a sandboxed iframe of another page still
+    runs, reacts to a click, and logs no errors."""
+    from vitcli.presentation.explore import explorer_fragment, is_explorer_page
+
+    page_path, rows, _ = explored
+    assert is_explorer_page(page_path) and not is_explorer_page(page_path.with_suffix(".json"))
+    host = tmp_path / "host.html"
+    host.write_text(
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><link rel='icon' href='data:,'></head><body>"
+        + explorer_fragment(page_path.read_text(encoding="utf-8"), height=1100)
+        + "</body></html>",
+        encoding="utf-8",
+    )
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.goto(host.as_uri())
+    frame = page.frame_locator("iframe.explorer")
+    (inner,) = [candidate for candidate in page.frames if candidate != page.main_frame]
+    inner.wait_for_function("document.body.dataset.ready === '1'")
+    stage = frame.locator("#main .stage")
+    box = stage.bounding_box()
+    stage.click(position={"x": 3.5 * box["width"] / 14, "y": 5.5 * box["height"] / 14})
+    inner.wait_for_function("document.body.dataset.query === '74'")
+    assert_float16_equal(drawn_row(frame.locator("#heads .panel[data-head='1']")), rows[(1, 1, 74)])
+    page.close()
+    assert errors == []
