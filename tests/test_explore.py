@@ -83,7 +83,7 @@ def test_csv_and_json_describe_every_block_and_head(explored, vit, newfoundland)
     assert document["experiment"] == {
         "command": "explore",
         "name": "explore",
-        "settings": {"blocks": list(range(1, 13))},
+        "settings": {"blocks": list(range(1, 13)), "explain": None},
     }
     rows = document["result"]["by_block_and_head"]
     assert [(row["block"], row["head"]) for row in rows] == [(b, h) for b in range(1, 13) for h in range(1, 4)]
@@ -149,3 +149,18 @@ def test_vitcli_run_config_writes_the_page(cli, photo, workdir):
     (page,) = (workdir / "outputs" / "pages").glob("*/*/explore-b3.html")
     values = stored(page.read_text(encoding="utf-8"), "explorer-attention")
     assert values.size == 3 * 197 * 197
+
+
+def test_explain_maps_on_the_page_are_explains_own(cli, photo, workdir):
+    """--explain runs `vitcli explain`'s own job with its defaults: the page carries exactly its maps."""
+    result = cli("explore", photo, "--blocks", "1", "--explain", *RANDOM_CPU, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    page = result_files(workdir / "outputs", "explore-b1-explain")["html"].read_text(encoding="utf-8")
+    header = json.loads(re.search(r'id="explorer-header">([^<]*)</script>', page).group(1))
+    explained = cli("explain", photo, *RANDOM_CPU, "--format", "json", "--quiet")
+    assert explained.exit_code == 0, explained.stderr
+    maps = json.loads(explained.stdout)["results"][0]["result"]["maps"]
+    assert [item["method"] for item in header["maps"]] == [item["method"] for item in maps]
+    for shown, expected in zip(header["maps"], maps, strict=True):
+        assert shown["values"] == [value for line in expected["values"] for value in line]
+        assert shown["unit"] == expected["unit"]

@@ -17,9 +17,14 @@ class ExploreJob(Job):
     command = "explore"
     needs_classes = False
 
-    def __init__(self, blocks: str | None):
+    def __init__(self, blocks: str | None, explain: bool = False):
+        from vitcli.commands.explain import explain_jobs
+
         self.blocks_text = blocks
         self.blocks: list[int] = []  # one-based, resolved by check()
+        # explain's own job with its defaults (every cheap method, the top-1 class): the maps `vitcli explain` draws
+        self.explain = explain_jobs()[0] if explain else None
+        self.needs_classes = explain  # type: ignore[misc]  (explain's maps follow a class)
 
     def check(self, architecture: Any) -> None:
         from vitcli.experiments.explore import check_page_bound, parse_blocks
@@ -33,19 +38,24 @@ class ExploreJob(Job):
             self.blocks,
             self.blocks_text is not None,
         )
+        if self.explain is not None:
+            self.explain.check(architecture)
 
     def name(self) -> str:
         every = self.blocks_text is None or self.blocks_text.strip().lower() == "all"
-        return result_name("explore", setting("b", None if every else _blocks_part(self.blocks)))
+        blocks = setting("b", None if every else _blocks_part(self.blocks))
+        return result_name("explore", blocks, "explain" if self.explain is not None else None)
 
     def settings(self) -> dict[str, Any]:
-        return {"blocks": self.blocks}
+        return {"blocks": self.blocks, "explain": None if self.explain is None else self.explain.settings()}
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.explore import explore
 
         work.model.require_standard_blocks()
         (result,) = explore(work.model, [work.image], self.blocks)
+        if self.explain is not None:
+            result.explanation = self.explain.compute(work)
         return result
 
     def present(self, result: Any) -> Presentation:
@@ -70,8 +80,8 @@ def _blocks_part(blocks: list[int]) -> str:
 
 
 @builds_jobs("explore")
-def explore_jobs(blocks: str | None = None) -> list[Job]:
-    return [ExploreJob(blocks)]
+def explore_jobs(blocks: str | None = None, explain: bool = False) -> list[Job]:
+    return [ExploreJob(blocks, explain)]
 
 
 @vitcli_command(
@@ -92,7 +102,14 @@ def explore_command(
             show_default=False,
         ),
     ] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Also compute `vitcli explain`'s default maps (top-1 class) and offer them in the main panel.",
+        ),
+    ] = False,
 ) -> None:
     """Interactive attention explorer: one self-contained HTML page per image with every block's and head's exact
     attention (float16); click a patch to see where it looks, in every head, with rollout."""
-    context.run(explore_jobs(blocks), images)
+    context.run(explore_jobs(blocks, explain), images)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,6 +91,7 @@ class Exploration:
     rollout: Tensor  # (N, N) float64 rollout through every block, heads averaged, nothing discarded
     self_check: dict[int, float]  # one-based block -> largest |explicit - fused| attention output (every block)
     weights: str  # the model weights' label
+    explanation: Any = None  # experiments.explain.Explanation: explain's maps, when asked for
 
     def stored_error(self) -> dict[str, float]:
         """The largest |float16 - exact| of the stored attention and rollout, as measured."""

@@ -88,6 +88,7 @@ def document(result: Exploration) -> dict[str, Any]:
         "rollout": ROLLOUT_WHAT,
         "self_check": self_check_json(result.self_check),
         "by_block_and_head": rows(result),
+        "explain_maps": [item["method"] for item in _maps_json(result.explanation)],
     }
 
 
@@ -120,6 +121,7 @@ def page(result: Exploration) -> str:
         "rollout": ROLLOUT_WHAT,
         "depth": len(result.self_check),
         "colormap": colormap_hex("inferno"),
+        "maps": _maps_json(result.explanation),
     }
     return PAGE.substitute(
         title=html.escape(f"attention explorer: {result.source.path.name}"),
@@ -128,6 +130,23 @@ def page(result: Exploration) -> str:
         attention=_float16_base64(result.attention),
         rollout=_float16_base64(result.rollout),
     )
+
+
+def _maps_json(explanation: Any) -> list[dict[str, Any]]:
+    """explain's maps as the page shows them: raw values per patch, row by row (null where undefined)."""
+    if explanation is None:
+        return []
+    target = explanation.target
+    return [
+        {
+            "method": item.method,
+            "unit": item.unit,
+            "definition": item.definition,
+            "target": f"{target.index} {target.label.split(',')[0]}",
+            "values": [None if np.isnan(value) else float(value) for value in item.values.ravel()],
+        }
+        for item in explanation.maps
+    ]
 
 
 def _float16_base64(values: Tensor) -> str:

@@ -82,8 +82,24 @@ function meanRow(block, query) {
   return sum.map((value) => value / heads);
 }
 function rolloutRow(query) { return Array.from(rollout.subarray(query * tokens, (query + 1) * tokens)); }
-function patchMax(row) { let top = 0; for (let t = prefix; t < tokens; t++) top = Math.max(top, row[t]); return top; }
+function mapRow(index) {
+  return new Array(prefix).fill(NaN).concat(meta.maps[index].values.map((value) => (value === null ? NaN : value)));
+}
+function patchMax(row) {
+  let top = 0;
+  for (let t = prefix; t < tokens; t++) if (row[t] > top) top = row[t];
+  return top;
+}
+function patchMin(row) {
+  let low = Infinity;
+  for (let t = prefix; t < tokens; t++) if (row[t] < low) low = row[t];
+  return Math.min(low, 0);
+}
 function percent(value) { return (100 * value).toFixed(4) + '%'; }
+function formatted(value, unit) {
+  if (Number.isNaN(value)) return '-';
+  return unit === 'attention' ? percent(value) : value.toPrecision(4) + ' ' + unit;
+}
 
 function makePanel(parent, size, label) {
   const panel = document.createElement('div');
@@ -111,15 +127,17 @@ function tokenAt(stage, event) {
   return prefix + row * cols + col;
 }
 
-function draw(panel, row, top, caption) {
+function draw(panel, row, top, caption, low = 0, unit = 'attention') {
   panel.dataset.row = JSON.stringify(row);
   panel.dataset.scaleMax = String(top);
+  panel.dataset.scaleMin = String(low);
+  panel.dataset.unit = unit;
   panel.dataset.query = String(state.query);
   const heat = panel.querySelector('canvas.heat').getContext('2d');
   const image = heat.createImageData(cols, rows);
   for (let t = prefix; t < tokens; t++) {
-    const index = top > 0 ? Math.max(0, Math.min(255, Math.round(row[t] / top * 255))) : 0;
-    const [red, green, blue] = colours[index];
+    const index = top > low ? Math.max(0, Math.min(255, Math.round((row[t] - low) / (top - low) * 255))) : 0;
+    const [red, green, blue] = Number.isNaN(row[t]) ? [128, 128, 128] : colours[index];
     const at = 4 * (t - prefix);
     image.data[at] = red; image.data[at + 1] = green; image.data[at + 2] = blue; image.data[at + 3] = 255;
   }
@@ -139,7 +157,7 @@ function draw(panel, row, top, caption) {
     marks.strokeRect(query.col * cell + 1, query.row * cell + 1, cell - 2, cell - 2);
   }
   const chips = meta.prefix.map((name, token) =>
-    '<span class="cls" data-token="' + token + '">' + name + ' ' + percent(row[token]) + '</span>').join(' ');
+    '<span class="cls" data-token="' + token + '">' + name + ' ' + formatted(row[token], unit) + '</span>').join(' ');
   panel.querySelector('.caption').innerHTML = caption + '<br>' + chips;
   panel.querySelectorAll('.cls').forEach((chip) => {
     chip.addEventListener('mouseenter', () => hover(panel, Number(chip.dataset.token)));
@@ -148,15 +166,17 @@ function draw(panel, row, top, caption) {
   });
 }
 
-function drawScale(id, top) {
+function drawScale(id, top, low = 0, unit = 'attention') {
   const canvas = document.querySelector('#' + id + ' canvas'), context = canvas.getContext('2d');
   canvas.width = 256; canvas.height = 1;
   colours.forEach(([red, green, blue], at) => {
     context.fillStyle = 'rgb(' + red + ',' + green + ',' + blue + ')';
     context.fillRect(at, 0, 1, 1);
   });
-  document.querySelector('#' + id + ' .top').textContent = percent(top);
+  document.querySelector('#' + id + ' .top').textContent = formatted(top, unit);
+  document.querySelector('#' + id + ' .bottom').textContent = low === 0 ? '0' : formatted(low, unit);
   document.getElementById(id).dataset.max = String(top);
+  document.getElementById(id).dataset.min = String(low);
 }
 
 function hover(panel, token) {
@@ -170,7 +190,8 @@ function hover(panel, token) {
   readout.dataset.weight = String(row[token]);
   readout.dataset.panel = panel.dataset.label;
   readout.textContent = 'source ' + where.name + ': token ' + token + ', row ' + (where.row ?? '-') + ', col ' +
-    (where.col ?? '-') + ', weight ' + percent(row[token]) + ' (' + row[token] + ') in ' + panel.dataset.label +
+    (where.col ?? '-') + ', ' + (panel.dataset.unit === 'attention' ? 'weight ' : 'value ') +
+    formatted(row[token], panel.dataset.unit) + ' (' + row[token] + ') in ' + panel.dataset.label +
     ', query ' + describe(state.query);
 }
 
@@ -190,10 +211,18 @@ function render() {
     draw(headPanels[head], row, common, 'block ' + blockNumber + ', head ' + (head + 1));
   });
   drawScale('heads-scale', common);
-  let row, label;
+  let row, label, low = 0, unit = 'attention';
+  const isMap = typeof state.head === 'string' && state.head.startsWith('map:');
+  const chosenMap = isMap ? Number(state.head.slice(4)) : null;
   if (state.rollout) {
     row = rolloutRow(state.query);
     label = 'rollout through all ' + meta.depth + ' blocks';
+  } else if (chosenMap !== null) {
+    const chosen = meta.maps[chosenMap];
+    row = mapRow(chosenMap);
+    label = 'explain ' + chosen.method + ' for class ' + chosen.target;
+    low = patchMin(row);
+    unit = chosen.unit;
   } else if (state.head === 'mean') {
     row = meanRow(block, state.query);
     label = 'block ' + blockNumber + ', mean over ' + heads + ' heads';
@@ -202,17 +231,20 @@ function render() {
     label = 'block ' + blockNumber + ', head ' + (state.head + 1);
   }
   mainPanel.dataset.block = state.rollout ? '' : String(blockNumber);
-  mainPanel.dataset.head = state.rollout ? 'rollout' : state.head === 'mean' ? 'mean' : String(state.head + 1);
+  mainPanel.dataset.head = state.rollout ? 'rollout'
+    : chosenMap !== null ? 'map:' + meta.maps[chosenMap].method
+      : state.head === 'mean' ? 'mean' : String(state.head + 1);
   mainPanel.dataset.label = label;
   const top = patchMax(row);
-  draw(mainPanel, row, top, label);
-  drawScale('main-scale', top);
+  draw(mainPanel, row, top, label, low, unit);
+  drawScale('main-scale', top, low, unit);
   document.getElementById('block-number').textContent = String(blockNumber);
   document.getElementById('query').textContent = 'query ' + describe(state.query);
   document.body.dataset.query = String(state.query);
-  const ranked = row.map((value, token) => [value, token]).sort((a, b) => b[0] - a[0]).slice(0, 5);
+  const ranked = row.map((value, token) => [value, token]).filter(([value]) => !Number.isNaN(value))
+    .sort((a, b) => b[0] - a[0]).slice(0, 5);
   document.getElementById('top').textContent = 'top sources in ' + label + ': ' +
-    ranked.map(([value, token]) => tokenName(token) + ' ' + percent(value)).join(', ');
+    ranked.map(([value, token]) => tokenName(token) + ' ' + formatted(value, unit)).join(', ');
   if (state.hovered !== null) hover(...state.hovered);
 }
 
@@ -221,8 +253,11 @@ slider.max = String(blocks.length - 1);
 slider.addEventListener('input', () => { state.block = Number(slider.value); render(); });
 const headChoice = document.getElementById('head');
 for (let head = 0; head < heads; head++) headChoice.add(new Option('head ' + (head + 1), String(head)));
+meta.maps.forEach((map, index) => headChoice.add(new Option('explain: ' + map.method, 'map:' + index)));
 headChoice.addEventListener('change', () => {
-  state.head = headChoice.value === 'mean' ? 'mean' : Number(headChoice.value); render();
+  const value = headChoice.value;
+  state.head = value === 'mean' || value.startsWith('map:') ? value : Number(value);
+  render();
 });
 const rolloutBox = document.getElementById('rollout');
 rolloutBox.addEventListener('change', () => { state.rollout = rolloutBox.checked; render(); });
@@ -281,12 +316,13 @@ to read its weight. The rollout replaces the main panel; the head panels always 
 <div class="layout">
   <div>
     <div id="main"></div>
-    <div class="scale" id="main-scale">0 <canvas></canvas> <span class="top"></span></div>
+    <div class="scale" id="main-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span></div>
     <div id="top"></div>
   </div>
   <div>
     <div id="heads"></div>
-    <div class="scale" id="heads-scale">0 <canvas></canvas> <span class="top"></span> (one scale for every head)</div>
+    <div class="scale" id="heads-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span>
+      (one scale for every head)</div>
   </div>
 </div>
 <p class="note" id="precision"></p>
