@@ -232,3 +232,25 @@ def test_the_report_fragment_embeds_a_working_explorer(browser, explored, tmp_pa
     assert_float16_equal(drawn_row(frame.locator("#heads .panel[data-head='1']")), rows[(1, 1, 74)])
     page.close()
     assert errors == []
+
+
+def test_explain_maps_are_drawn_in_the_main_panel(browser, photo, tmp_path):
+    """explore --explain: choosing a map in the main panel draws explain's own values on their own scale."""
+    run_cli("explore", photo, *RANDOM_CPU, "-o", tmp_path, "--blocks", "1", "--explain", "--quiet")
+    (page_path,) = tmp_path.glob("*/*/explore-b1-explain.html")
+    (document,) = json.loads(run_cli("explain", photo, *RANDOM_CPU, "-o", tmp_path, "--format", "json"))["results"]
+    maps = {item["method"]: np.array(item["values"], dtype=float).ravel() for item in document["result"]["maps"]}
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(page_path.as_uri())
+    page.wait_for_function("document.body.dataset.ready === '1'")
+    main = page.locator("#main .panel")
+    for method in ("relevance", "gradcam"):
+        page.select_option("#head", label=f"explain: {method}")
+        assert main.get_attribute("data-head") == f"map:{method}"
+        shown = np.array(json.loads(main.get_attribute("data-row"))[1:], dtype=float)
+        np.testing.assert_array_equal(shown, maps[method])
+        assert float(main.get_attribute("data-scale-max")) == np.nanmax(maps[method])
+    page.close()
+    assert errors == []
