@@ -263,5 +263,5 @@ def explain(model: VitModel, image: str | Path, **options: Any) -> Result:
 
 
 def explore(model: VitModel, image: str | Path, **options: Any) -> Result:
-    """`vitcli explore`: the attention explorer page; `result.text("html")` is the page. Options: blocks."""
+    """`vitcli explore`: the attention explorer page; `result.text("html")` is the page. Options: blocks, explain."""
     return run_experiment("explore", model, image, **options)
