@@ -1,3 +1,44 @@
-"""vitcli: follow one photograph through a Vision Transformer, with measured numbers."""
+"""vitcli: follow one photograph through a Vision Transformer, with measured numbers.
+
+As a library (docs/python.md): `model = vitcli.load_model(name, weights="random")`, then one function per image
+experiment, `vitcli.attend(model, "photo.jpg", block=4, head=1, query=74)`, each returning a `vitcli.Result` with
+`.to_frame()`, `.to_dict()` and `.figure()`. They are imported on first use, so `import vitcli` (and `vitcli --help`)
+stays light.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_API = (
+    "Result",
+    "attend",
+    "explain",
+    "explore",
+    "lens",
+    "load_model",
+    "occlude_patches",
+    "occlude_quadrants",
+    "patches",
+    "predict",
+    "run_experiment",
+    "trace",
+)
+_ERRORS = ("UsageError", "VitcliError")
+__all__ = ["__version__", *_API, *_ERRORS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from vitcli import api
+
+        return getattr(api, name)
+    if name in _ERRORS:
+        from vitcli import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'vitcli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

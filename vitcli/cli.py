@@ -6,6 +6,7 @@ from vitcli.commands import predict, patches, attend, occlude, compare_patch_siz
 from vitcli.commands import trace, compare, lens, explain, probe  # noqa: F401
 from vitcli.commands import attribute, ablate, patch  # noqa: F401
 from vitcli.commands import batch, report  # noqa: F401
+from vitcli.commands import explore  # noqa: F401
 
 # isort: on
 from vitcli.shell import app, run

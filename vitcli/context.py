@@ -89,14 +89,7 @@ class CommandContext:
 
     def check(self, jobs: Sequence[Job]) -> None:
         """Every job's usage checks against the architecture, before any weights load."""
-        architecture = self.architecture
-        for job in jobs:
-            if job.needs_classes and architecture.num_classes == 0:
-                raise UsageError(
-                    f"{self.spec.model_name} has no classifier head (num_classes=0): `{job.command}` needs class "
-                    "scores; `patches` and `attend` work without one"
-                )
-            job.check(architecture)
+        check_jobs(self.spec.model_name, self.architecture, jobs)
 
     @property
     def command_line(self) -> str:
@@ -181,3 +174,14 @@ class CommandContext:
 
     def show_progress(self, images: int) -> bool:
         return not self.quiet and sys.stderr.isatty() and images > 0
+
+
+def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job]) -> None:
+    """Every job's usage checks against an architecture (the commands' and the Python API's)."""
+    for job in jobs:
+        if job.needs_classes and architecture.num_classes == 0:
+            raise UsageError(
+                f"{model_name} has no classifier head (num_classes=0): `{job.command}` needs class "
+                "scores; `patches` and `attend` work without one"
+            )
+        job.check(architecture)

@@ -79,8 +79,10 @@ COMMAND_PANELS = {
         ("predict", "patches", "attend", "occlude-quadrants", "occlude-patches", "compare-patch-size"),
         "One photo through the model (the lecture's steps)",
     ),
-    **dict.fromkeys(("trace", "compare", "lens", "explain", "probe"), "Deeper: traces, comparisons, explanations"),
-    **dict.fromkeys(("patch",), "Deeper: traces, comparisons, explanations"),
+    **dict.fromkeys(
+        ("trace", "compare", "lens", "explain", "probe", "explore"), "Deeper: traces, comparisons, explanations"
+    ),
+    **dict.fromkeys(("attribute", "ablate", "patch"), "Causal: what blocks, heads and tokens contribute"),
     **dict.fromkeys(("run", "merge", "report"), "Many images and experiments"),
 }
 EXIT_INTERRUPTED = 130

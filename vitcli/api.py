@@ -1,0 +1,267 @@
+"""vitcli as a Python library: load a model once, run any image experiment on it, get pandas, JSON and figures.
+
+Each experiment function takes the command's own options (dashes as underscores: `top_k=3`, `all_heads=True`) and
+builds the command's own Jobs (`vitcli.jobs.JOB_BUILDERS`, the code `vitcli attend ...` and `vitcli run` configs
+use), checks them against the loaded model before computing, and publishes the result through the commands'
+Publisher into memory instead of the output folder: `to_dict()` is the JSON file the command writes, `to_frame()` its
+CSV. Errors are vitcli.errors' typed errors (UsageError for a bad option, VitcliError for a bad image or weights
+file), never SystemExit. Nothing heavy is imported until a function runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.spec import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    import pandas
+    from matplotlib.figure import Figure
+
+    from vitcli.jobs import Job, Presentation
+    from vitcli.loading import Architecture
+    from vitcli.model import VitModel
+
+__all__ = [
+    "Result",
+    "attend",
+    "explain",
+    "explore",
+    "lens",
+    "load_model",
+    "occlude_patches",
+    "occlude_quadrants",
+    "patches",
+    "predict",
+    "run_experiment",
+    "trace",
+]
+
+
+def load_model(
+    name: str = DEFAULT_MODEL,
+    weights: str = "pretrained",
+    *,
+    seed: int = 0,
+    checkpoint: str | Path | None = None,
+    labels: str | Path | None = None,
+    device: str = "auto",
+    batch_size: int | None = None,
+) -> VitModel:
+    """The model the commands' --model, --weights, --seed, --checkpoint, --labels, --device and --batch-size options
+    load; one load per process for the same arguments. weights: "pretrained" (the Hugging Face cache or hub, or
+    `checkpoint`) or "random" (seeded, untrained)."""
+    from vitcli.spec import WeightsSpec
+
+    if weights not in ("pretrained", "random"):
+        raise UsageError(f"weights must be 'pretrained' or 'random', not {weights!r}")
+    if checkpoint is not None and weights == "random":
+        raise UsageError("checkpoint and weights='random' contradict each other: choose one source of weights")
+    if device not in ("auto", "cpu", "cuda", "mps"):
+        raise UsageError(f"device must be one of auto, cpu, cuda, mps, not {device!r}")
+    spec = WeightsSpec(
+        model_name=name,
+        random=weights == "random",
+        seed=seed,
+        checkpoint=None if checkpoint is None else Path(checkpoint),
+        labels=None if labels is None else Path(labels),
+    )
+    from vitcli.loading import load_model as load
+
+    return load(spec, device, batch_size)
+
+
+@dataclass
+class Result:
+    """One experiment's result on one image, as the command would publish it."""
+
+    job: Job
+    value: Any  # the experiment's typed result (vitcli.experiments), for code that wants the tensors
+    presentation: Presentation
+    files: dict[str, Any]  # suffix -> what the command writes: JSON and CSV text, a figure writer, extra files
+
+    @property
+    def name(self) -> str:
+        """The result's name, the stem of the command's files (e.g. attention-b4-h1-q74)."""
+        return self.job.name()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document the command writes: provenance, subject, experiment and result."""
+        return json.loads(self.files["json"])
+
+    def to_frame(self) -> pandas.DataFrame:
+        """The command's CSV rows as a pandas DataFrame (image and model columns first)."""
+        import pandas
+
+        return pandas.read_csv(io.StringIO(self.files["csv"]))
+
+    def figure(self) -> Figure:
+        """The command's figure as a matplotlib Figure (close it with matplotlib.pyplot.close when done)."""
+        if self.presentation.figure is None:
+            raise VitcliError(f"`{self.job.command}` draws no figure for {self.name}: see to_frame() or to_dict()")
+        return self.presentation.figure()
+
+    @property
+    def table(self) -> Any:
+        """The rich table `--format table` prints (rich.print(result.table) shows it)."""
+        return self.presentation.table
+
+    def text(self, suffix: str) -> str:
+        """A text file of the result by its suffix: "json", "csv", or an extra one ("html" for explore)."""
+        content = self.files.get(suffix)
+        if not isinstance(content, str):
+            raise VitcliError(f"{self.name} has no text file .{suffix} (it has: {', '.join(sorted(self.files))})")
+        return content
+
+    def __repr__(self) -> str:
+        return f"<vitcli Result {self.name}: to_frame(), to_dict(), figure()>"
+
+
+def run_experiment(command: str, model: VitModel, image: str | Path | None = None, **options: Any) -> Result:
+    """Any registered experiment by its command name (`vitcli run`'s `command`), with the command's options."""
+    from vitcli import cli  # noqa: F401  (registers every command's job builder)
+    from vitcli.context import check_jobs
+    from vitcli.jobs import JOB_BUILDERS
+
+    if command not in JOB_BUILDERS:
+        raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(sorted(JOB_BUILDERS))})")
+    jobs = JOB_BUILDERS[command](**_options(command, JOB_BUILDERS[command], options))
+    check_jobs(model.name, architecture_of(model), jobs)
+    if len(jobs) != 1:
+        raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
+    (job,) = jobs
+    return _compute_and_publish(job, model, image, _call_text(command, image, options))
+
+
+def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The options as the command line would give them: a number where text is expected (query=74) becomes text,
+    one value where a list is expected becomes a list of one."""
+    parameters = inspect.signature(builder).parameters
+    converted = {}
+    for key, value in options.items():
+        if key not in parameters:
+            known = ", ".join(sorted(parameters))
+            raise UsageError(f"`{command}` has no option {key!r} (its options: {known})")
+        annotation = str(parameters[key].annotation)
+        if annotation.startswith("list[") and value is not None and not isinstance(value, (list, tuple)):
+            value = [value]
+        if isinstance(value, (list, tuple)) and "list[str]" in annotation:
+            value = [str(item) for item in value]
+        elif isinstance(value, int) and not isinstance(value, bool) and "str" in annotation and "int" not in annotation:
+            value = str(value)
+        converted[key] = value
+    return converted
+
+
+def architecture_of(model: VitModel) -> Architecture:
+    """The loaded model's own facts, for the jobs' checks (a model built in code may differ from its name's)."""
+    from vitcli.loading import Architecture
+
+    return Architecture(
+        name=model.name,
+        depth=model.depth,
+        num_heads=model.num_heads,
+        embed_dim=model.embed_dim,
+        grid=model.grid,
+        num_classes=model.num_classes,
+        labels=tuple(model.labels),
+        global_pool=model.net.global_pool,
+    )
+
+
+class _Memory:
+    """Where the Publisher writes for the API: the files are kept, not written."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, Any] = {}
+
+    def folder(self, *parts: str) -> Path:
+        return Path(*parts)
+
+    def write(self, folder: Path, result: Any) -> list[Path]:
+        self.files = dict(result.files)
+        return [folder / f"{result.name}.{suffix}" for suffix in result.files]
+
+
+def _compute_and_publish(job: Job, model: VitModel, image: str | Path | None, call: str) -> Result:
+    from vitcli.jobs import ImageWork
+    from vitcli.naming import MODEL_SUBJECT, image_subject
+    from vitcli.output import Emitter, Messages
+    from vitcli.runner import Publisher
+
+    if job.scope == "model":
+        value, subject, subject_json = job.compute_once(model), MODEL_SUBJECT, None
+    else:
+        if image is None:
+            raise UsageError(f"`{job.command}` needs an image: pass its path")
+        prepared = model.prepare(Path(image))
+        value = job.compute(ImageWork(model, prepared))
+        subject, subject_json = image_subject(prepared.source.path), prepared.source.to_json()
+    memory = _Memory()
+    provenance = {**model.provenance(), "weights_label": model.spec.label, "command": call}
+    publisher = Publisher(memory, "memory", Emitter("table", quiet=True), Messages(quiet=True), provenance)  # type: ignore[arg-type]
+    _, presentation = publisher.publish(subject, subject_json, job, value)
+    return Result(job, value, presentation, memory.files)
+
+
+def _call_text(command: str, image: str | Path | None, options: dict[str, Any]) -> str:
+    arguments = ["model"] + ([repr(str(image))] if image is not None else [])
+    arguments += [f"{key}={value!r}" for key, value in options.items()]
+    return f"vitcli.{command.replace('-', '_')}({', '.join(arguments)})"
+
+
+# ----- one function per experiment: the command's options as keyword arguments
+
+
+def predict(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli predict`: the top classes. Options: top_k."""
+    return run_experiment("predict", model, image, **options)
+
+
+def patches(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli patches`: from pixels to the row entering block 1. Options: patch (74, "P74", "r5c3" or a list),
+    values."""
+    return run_experiment("patches", model, image, **options)
+
+
+def attend(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli attend`: exact attention. Options: view, block, head, all_heads, query, head_fusion, discard_ratio,
+    top_k."""
+    return run_experiment("attend", model, image, **options)
+
+
+def occlude_quadrants(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli occlude-quadrants`: the drop when each quadrant is covered. Options: target, fill."""
+    return run_experiment("occlude-quadrants", model, image, **options)
+
+
+def occlude_patches(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli occlude-patches`: the drop per covered window. Options: target, fill, size, stride."""
+    return run_experiment("occlude-patches", model, image, **options)
+
+
+def trace(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli trace`: one token's row through the blocks. Options: as `vitcli trace --help` lists them."""
+    return run_experiment("trace", model, image, **options)
+
+
+def lens(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli lens`: the logit lens after every block. Options: target."""
+    return run_experiment("lens", model, image, **options)
+
+
+def explain(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli explain`: explanation maps. Options: method (one or a list), target, block, fill, faithfulness, steps,
+    random_orders, order_seed."""
+    return run_experiment("explain", model, image, **options)
+
+
+def explore(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli explore`: the attention explorer page; `result.text("html")` is the page. Options: blocks, explain."""
+    return run_experiment("explore", model, image, **options)

@@ -1,0 +1,339 @@
+"""The explorer page's HTML, style and script (a string.Template: the script uses no dollar sign).
+
+The script decodes the float16 attention once, then draws on demand: the main panel (the chosen head, the mean over
+heads, or the rollout) and one panel per head of the chosen block, each a photo under a heat canvas of one pixel per
+patch. Every panel carries the numbers it draws (data-row: the query's row over all tokens; data-scale-max: the
+colour scale's top), and #readout the hovered source's numbers, so a test can read them back.
+"""
+
+from string import Template
+
+STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 16px; color: #222; }
+h1 { font-size: 18px; margin: 0 0 4px 0; }
+.note { color: #555; font-size: 12px; margin: 2px 0; }
+.random { color: #a00; font-weight: bold; }
+.controls { display: flex; flex-wrap: wrap; gap: 16px; align-items: center; margin: 10px 0; }
+.layout { display: flex; flex-wrap: wrap; gap: 20px; align-items: flex-start; }
+.panel { display: inline-block; margin: 0 8px 8px 0; vertical-align: top; }
+.stage { position: relative; cursor: crosshair; }
+.stage img, .stage canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
+.stage canvas.heat { opacity: 0.7; image-rendering: pixelated; }
+.caption { font-size: 12px; margin-top: 4px; }
+.cls { border: 1px solid #888; border-radius: 3px; padding: 0 4px; cursor: pointer; }
+.scale { display: flex; align-items: center; gap: 6px; font-size: 12px; margin: 4px 0; }
+.scale canvas { width: 160px; height: 12px; border: 1px solid #888; }
+#readout { font-family: ui-monospace, monospace; min-height: 1.4em; margin: 8px 0; }
+#top { font-family: ui-monospace, monospace; font-size: 12px; max-width: 400px; }
+"""
+
+SCRIPT = r"""
+'use strict';
+const meta = JSON.parse(document.getElementById('explorer-header').textContent);
+const tokens = meta.grid.tokens, rows = meta.grid.rows, cols = meta.grid.cols, prefix = meta.prefix.length;
+const heads = meta.heads, blocks = meta.blocks;
+
+function halfTable() {
+  const table = new Float32Array(65536);
+  for (let bits = 0; bits < 65536; bits++) {
+    const exponent = (bits >> 10) & 31, fraction = bits & 1023;
+    let value = exponent === 0 ? fraction * 2 ** -24
+      : exponent === 31 ? (fraction ? NaN : Infinity) : (1 + fraction / 1024) * 2 ** (exponent - 15);
+    table[bits] = bits >> 15 ? -value : value;
+  }
+  return table;
+}
+const HALF = halfTable();
+function decode(id) {
+  const text = atob(document.getElementById(id).textContent.trim());
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  const halves = new DataView(bytes.buffer), values = new Float32Array(bytes.length / 2);
+  for (let i = 0; i < values.length; i++) values[i] = HALF[halves.getUint16(2 * i, true)];
+  return values;
+}
+const attention = decode('explorer-attention'), rollout = decode('explorer-rollout');
+const colours = [];
+for (let i = 0; i < 256; i++) {
+  const hex = meta.colormap.slice(6 * i, 6 * i + 6);
+  colours.push([0, 2, 4].map((at) => parseInt(hex.slice(at, at + 2), 16)));
+}
+
+const state = { block: 0, head: 'mean', query: 0, rollout: false, hovered: null };
+
+function tokenName(token) { return token < prefix ? meta.prefix[token] : 'P' + (token - prefix + 1); }
+function place(token) {
+  if (token < prefix) return { token: token, name: tokenName(token), row: null, col: null };
+  const patch = token - prefix;
+  return { token: token, name: tokenName(token), row: Math.floor(patch / cols), col: patch % cols };
+}
+function describe(token) {
+  const where = place(token);
+  return where.row === null ? where.name + ' (token ' + token + ')'
+    : where.name + ' (token ' + token + ', row ' + where.row + ', col ' + where.col + ')';
+}
+function headRow(block, head, query) {
+  const start = ((block * heads + head) * tokens + query) * tokens;
+  return Array.from(attention.subarray(start, start + tokens));
+}
+function meanRow(block, query) {
+  const sum = new Array(tokens).fill(0);
+  for (let head = 0; head < heads; head++) headRow(block, head, query).forEach((value, at) => { sum[at] += value; });
+  return sum.map((value) => value / heads);
+}
+function rolloutRow(query) { return Array.from(rollout.subarray(query * tokens, (query + 1) * tokens)); }
+function mapRow(index) {
+  return new Array(prefix).fill(NaN).concat(meta.maps[index].values.map((value) => (value === null ? NaN : value)));
+}
+function patchMax(row) {
+  let top = 0;
+  for (let t = prefix; t < tokens; t++) if (row[t] > top) top = row[t];
+  return top;
+}
+function patchMin(row) {
+  let low = Infinity;
+  for (let t = prefix; t < tokens; t++) if (row[t] < low) low = row[t];
+  return Math.min(low, 0);
+}
+function percent(value) { return (100 * value).toFixed(4) + '%'; }
+function formatted(value, unit) {
+  if (Number.isNaN(value)) return '-';
+  return unit === 'attention' ? percent(value) : value.toPrecision(4) + ' ' + unit;
+}
+
+function makePanel(parent, size, label) {
+  const panel = document.createElement('div');
+  panel.className = 'panel';
+  panel.innerHTML = '<div class="stage" style="width:' + size + 'px;height:' + size * rows / cols + 'px">' +
+    '<img alt="the crop the model saw"><canvas class="heat"></canvas><canvas class="marks"></canvas></div>' +
+    '<div class="caption"></div>';
+  panel.querySelector('img').src = document.getElementById('explorer-crop').getAttribute('src');
+  const heat = panel.querySelector('canvas.heat');
+  heat.width = cols; heat.height = rows;
+  const marks = panel.querySelector('canvas.marks');
+  marks.width = size; marks.height = size * rows / cols;
+  panel.dataset.label = label;
+  const stage = panel.querySelector('.stage');
+  stage.addEventListener('mousemove', (event) => hover(panel, tokenAt(stage, event)));
+  stage.addEventListener('mouseleave', () => hover(null, null));
+  stage.addEventListener('click', (event) => { state.query = tokenAt(stage, event); render(); });
+  parent.appendChild(panel);
+  return panel;
+}
+function tokenAt(stage, event) {
+  const box = stage.getBoundingClientRect();
+  const col = Math.min(cols - 1, Math.max(0, Math.floor((event.clientX - box.left) / box.width * cols)));
+  const row = Math.min(rows - 1, Math.max(0, Math.floor((event.clientY - box.top) / box.height * rows)));
+  return prefix + row * cols + col;
+}
+
+function draw(panel, row, top, caption, low = 0, unit = 'attention') {
+  panel.dataset.row = JSON.stringify(row);
+  panel.dataset.scaleMax = String(top);
+  panel.dataset.scaleMin = String(low);
+  panel.dataset.unit = unit;
+  panel.dataset.query = String(state.query);
+  const heat = panel.querySelector('canvas.heat').getContext('2d');
+  const image = heat.createImageData(cols, rows);
+  for (let t = prefix; t < tokens; t++) {
+    const index = top > low ? Math.max(0, Math.min(255, Math.round((row[t] - low) / (top - low) * 255))) : 0;
+    const [red, green, blue] = Number.isNaN(row[t]) ? [128, 128, 128] : colours[index];
+    const at = 4 * (t - prefix);
+    image.data[at] = red; image.data[at + 1] = green; image.data[at + 2] = blue; image.data[at + 3] = 255;
+  }
+  heat.putImageData(image, 0, 0);
+  const marksCanvas = panel.querySelector('canvas.marks'), marks = marksCanvas.getContext('2d');
+  const cell = marksCanvas.width / cols;
+  marks.clearRect(0, 0, marksCanvas.width, marksCanvas.height);
+  marks.strokeStyle = 'rgba(255,255,255,0.25)';
+  marks.lineWidth = 1;
+  marks.beginPath();
+  for (let c = 1; c < cols; c++) { marks.moveTo(c * cell + 0.5, 0); marks.lineTo(c * cell + 0.5, rows * cell); }
+  for (let r = 1; r < rows; r++) { marks.moveTo(0, r * cell + 0.5); marks.lineTo(cols * cell, r * cell + 0.5); }
+  marks.stroke();
+  const query = place(state.query);
+  if (query.row !== null) {
+    marks.strokeStyle = 'cyan'; marks.lineWidth = 2;
+    marks.strokeRect(query.col * cell + 1, query.row * cell + 1, cell - 2, cell - 2);
+  }
+  const chips = meta.prefix.map((name, token) =>
+    '<span class="cls" data-token="' + token + '">' + name + ' ' + formatted(row[token], unit) + '</span>').join(' ');
+  panel.querySelector('.caption').innerHTML = caption + '<br>' + chips;
+  panel.querySelectorAll('.cls').forEach((chip) => {
+    chip.addEventListener('mouseenter', () => hover(panel, Number(chip.dataset.token)));
+    chip.addEventListener('mouseleave', () => hover(null, null));
+    chip.addEventListener('click', () => { state.query = Number(chip.dataset.token); render(); });
+  });
+}
+
+function drawScale(id, top, low = 0, unit = 'attention') {
+  const canvas = document.querySelector('#' + id + ' canvas'), context = canvas.getContext('2d');
+  canvas.width = 256; canvas.height = 1;
+  colours.forEach(([red, green, blue], at) => {
+    context.fillStyle = 'rgb(' + red + ',' + green + ',' + blue + ')';
+    context.fillRect(at, 0, 1, 1);
+  });
+  document.querySelector('#' + id + ' .top').textContent = formatted(top, unit);
+  document.querySelector('#' + id + ' .bottom').textContent = low === 0 ? '0' : formatted(low, unit);
+  document.getElementById(id).dataset.max = String(top);
+  document.getElementById(id).dataset.min = String(low);
+}
+
+function hover(panel, token) {
+  const readout = document.getElementById('readout');
+  state.hovered = panel === null || token === null ? null : [panel, token];
+  if (state.hovered === null) return;
+  const row = JSON.parse(panel.dataset.row), where = place(token);
+  readout.dataset.token = String(token);
+  readout.dataset.row = where.row === null ? '' : String(where.row);
+  readout.dataset.col = where.col === null ? '' : String(where.col);
+  readout.dataset.weight = String(row[token]);
+  readout.dataset.panel = panel.dataset.label;
+  readout.textContent = 'source ' + where.name + ': token ' + token + ', row ' + (where.row ?? '-') + ', col ' +
+    (where.col ?? '-') + ', ' + (panel.dataset.unit === 'attention' ? 'weight ' : 'value ') +
+    formatted(row[token], panel.dataset.unit) + ' (' + row[token] + ') in ' + panel.dataset.label +
+    ', query ' + describe(state.query);
+}
+
+const headsBox = document.getElementById('heads');
+const mainPanel = makePanel(document.getElementById('main'), 384, 'main');
+const headPanels = [];
+for (let head = 0; head < heads; head++) headPanels.push(makePanel(headsBox, 200, 'head ' + (head + 1)));
+headPanels.forEach((panel, head) => { panel.dataset.head = String(head + 1); });
+
+function render() {
+  const block = state.block, blockNumber = blocks[block];
+  const rowsOfHeads = headPanels.map((_, head) => headRow(block, head, state.query));
+  const common = Math.max(...rowsOfHeads.map(patchMax));
+  rowsOfHeads.forEach((row, head) => {
+    headPanels[head].dataset.block = String(blockNumber);
+    headPanels[head].dataset.label = 'block ' + blockNumber + ', head ' + (head + 1);
+    draw(headPanels[head], row, common, 'block ' + blockNumber + ', head ' + (head + 1));
+  });
+  drawScale('heads-scale', common);
+  let row, label, low = 0, unit = 'attention';
+  const isMap = typeof state.head === 'string' && state.head.startsWith('map:');
+  const chosenMap = isMap ? Number(state.head.slice(4)) : null;
+  if (state.rollout) {
+    row = rolloutRow(state.query);
+    label = 'rollout through all ' + meta.depth + ' blocks';
+  } else if (chosenMap !== null) {
+    const chosen = meta.maps[chosenMap];
+    row = mapRow(chosenMap);
+    label = 'explain ' + chosen.method + ' for class ' + chosen.target;
+    low = patchMin(row);
+    unit = chosen.unit;
+  } else if (state.head === 'mean') {
+    row = meanRow(block, state.query);
+    label = 'block ' + blockNumber + ', mean over ' + heads + ' heads';
+  } else {
+    row = headRow(block, state.head, state.query);
+    label = 'block ' + blockNumber + ', head ' + (state.head + 1);
+  }
+  mainPanel.dataset.block = state.rollout ? '' : String(blockNumber);
+  mainPanel.dataset.head = state.rollout ? 'rollout'
+    : chosenMap !== null ? 'map:' + meta.maps[chosenMap].method
+      : state.head === 'mean' ? 'mean' : String(state.head + 1);
+  mainPanel.dataset.label = label;
+  const top = patchMax(row);
+  draw(mainPanel, row, top, label, low, unit);
+  drawScale('main-scale', top, low, unit);
+  document.getElementById('block-number').textContent = String(blockNumber);
+  document.getElementById('query').textContent = 'query ' + describe(state.query);
+  document.body.dataset.query = String(state.query);
+  const ranked = row.map((value, token) => [value, token]).filter(([value]) => !Number.isNaN(value))
+    .sort((a, b) => b[0] - a[0]).slice(0, 5);
+  document.getElementById('top').textContent = 'top sources in ' + label + ': ' +
+    ranked.map(([value, token]) => tokenName(token) + ' ' + formatted(value, unit)).join(', ');
+  if (state.hovered !== null) hover(...state.hovered);
+}
+
+const slider = document.getElementById('block');
+slider.max = String(blocks.length - 1);
+slider.addEventListener('input', () => { state.block = Number(slider.value); render(); });
+const headChoice = document.getElementById('head');
+for (let head = 0; head < heads; head++) headChoice.add(new Option('head ' + (head + 1), String(head)));
+meta.maps.forEach((map, index) => headChoice.add(new Option('explain: ' + map.method, 'map:' + index)));
+headChoice.addEventListener('change', () => {
+  const value = headChoice.value;
+  state.head = value === 'mean' || value.startsWith('map:') ? value : Number(value);
+  render();
+});
+const rolloutBox = document.getElementById('rollout');
+rolloutBox.addEventListener('change', () => { state.rollout = rolloutBox.checked; render(); });
+document.getElementById('cls').addEventListener('click', () => { state.query = 0; render(); });
+document.addEventListener('keydown', (event) => {
+  if (['INPUT', 'SELECT', 'TEXTAREA'].includes(event.target.tagName)) return;
+  const moves = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] };
+  if (!(event.key in moves)) return;
+  event.preventDefault();
+  if (state.query < prefix) { state.query = prefix; render(); return; }
+  const where = place(state.query), [down, right] = moves[event.key];
+  const row = Math.min(rows - 1, Math.max(0, where.row + down));
+  const col = Math.min(cols - 1, Math.max(0, where.col + right));
+  state.query = prefix + row * cols + col;
+  render();
+});
+
+document.getElementById('about').textContent = meta.image + ' · ' + meta.model + ' · ' + meta.weights + ' · blocks ' +
+  blocks.join(', ') + ' of ' + meta.depth + ' · ' + heads + ' heads · ' + tokens + ' tokens';
+document.getElementById('precision').textContent = 'Stored as ' + meta.precision + '; largest |stored - exact| ' +
+  'measured: attention ' + meta.stored_error.attention.toExponential(2) + ', rollout ' +
+  meta.stored_error.rollout.toExponential(2) + '. Self-check (explicit vs fused attention output) max |difference| ' +
+  meta.self_check_max.toExponential(2) + '. Rows are never renormalized; the colours cover patch sources only, ' +
+  'from 0 to the largest patch weight shown (CLS is listed under each panel).';
+if (meta.random) document.getElementById('random').textContent =
+  'RANDOM WEIGHTS: an untrained model, the attention means nothing.';
+render();
+document.body.dataset.ready = '1';
+"""
+
+PAGE = Template(
+    """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>$title</title>
+<link rel="icon" href="data:,">
+<style>"""
+    + STYLE
+    + """</style>
+</head>
+<body>
+<h1>$title</h1>
+<p class="note" id="about"></p>
+<p class="note random" id="random"></p>
+<p class="note">Click a patch (or a CLS chip, or the button) to choose the query; arrow keys move it. Hover a patch
+to read its weight. The rollout replaces the main panel; the head panels always show the chosen block.</p>
+<div class="controls">
+  <label>block <input type="range" id="block" min="0" value="0" step="1"> <b id="block-number"></b></label>
+  <label>main panel <select id="head"><option value="mean">mean over heads</option></select></label>
+  <label><input type="checkbox" id="rollout"> rollout</label>
+  <button id="cls" type="button">query CLS</button>
+  <span id="query"></span>
+</div>
+<div id="readout">hover a patch to read its weight</div>
+<div class="layout">
+  <div>
+    <div id="main"></div>
+    <div class="scale" id="main-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span></div>
+    <div id="top"></div>
+  </div>
+  <div>
+    <div id="heads"></div>
+    <div class="scale" id="heads-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span>
+      (one scale for every head)</div>
+  </div>
+</div>
+<p class="note" id="precision"></p>
+<img id="explorer-crop" src="$crop" alt="" hidden>
+<script type="application/json" id="explorer-header">$header</script>
+<script type="text/plain" id="explorer-attention">$attention</script>
+<script type="text/plain" id="explorer-rollout">$rollout</script>
+<script>"""
+    + SCRIPT
+    + """</script>
+</body>
+</html>
+"""
+)
