@@ -3,10 +3,9 @@
 # Registration order is the order of --help: the lecture's steps first, batch runs last.
 # isort: off
 from vitcli.commands import predict, patches, attend, occlude, compare_patch_size  # noqa: F401
-from vitcli.commands import trace, compare, lens, explain, probe  # noqa: F401
+from vitcli.commands import trace, compare, lens, explain, probe, explore  # noqa: F401
 from vitcli.commands import attribute, ablate, patch  # noqa: F401
 from vitcli.commands import batch, report  # noqa: F401
-from vitcli.commands import explore  # noqa: F401
 
 # isort: on
 from vitcli.shell import app, run
