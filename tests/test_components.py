@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vitcli.experiments.components import caching, hooks, pre_norm_refusal
+from vitcli.experiments.components import Part, caching, hooks, logits_from, pre_norm_refusal, replaced
 
 from conftest import small_vit
 
@@ -53,6 +53,40 @@ def test_a_returned_tensor_replaces_the_activation_and_hooks_leave_with_the_bloc
         assert torch.equal(net(inputs), clean)
     torch.testing.assert_close(zeroed, expected, atol=1e-5, rtol=0)
     assert not torch.equal(zeroed, clean)
+
+
+def test_replaced_parts_equal_explicitly_edited_runs(layer_scale, photo, newfoundland):
+    """Part(row, token) at hook_resid_pre equals the rows edited by hand and run on by logits_from; Part(row, head) at
+    hook_z zeroed equals a copy of the net whose attn.proj columns of that head are 0; other rows are untouched.
+    Seen failing with Part's head counted from zero (`self.head`) and with the token index ignored."""
+    import copy
+
+    net = layer_scale.net
+    inputs = torch.stack([layer_scale.prepare(photo).input, layer_scale.prepare(newfoundland).input])
+    token, head, width = 3, 2, net.blocks[0].attn.head_dim
+    with torch.inference_mode():
+        with caching(net, ["blocks.2.hook_resid_pre"]) as cache:
+            clean = net(inputs)
+        rows = cache["blocks.2.hook_resid_pre"]
+        edited = rows[:1].clone()
+        edited[0, token] = rows[1, token]
+        explicit = logits_from(net, 2, edited)
+        edit = (Part(0, token=token), lambda _running: rows[1, token])
+        with hooks(net, {"blocks.2.hook_resid_pre": lambda value: replaced(value, [edit])}):
+            hooked = net(inputs)
+        zeroed_net = copy.deepcopy(net)
+        zeroed_net.blocks[0].attn.proj.weight[:, (head - 1) * width : head * width] = 0
+        zeroed = zeroed_net(inputs[1:])
+        with hooks(
+            net, {"blocks.1.attn.hook_z": lambda value: replaced(value, [(Part(1, head=head), torch.zeros_like)])}
+        ):
+            ablated = net(inputs)
+    torch.testing.assert_close(hooked[0], explicit[0], atol=1e-5, rtol=0)
+    assert not torch.allclose(hooked[0], clean[0], atol=1e-3)
+    torch.testing.assert_close(ablated[1], zeroed[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.stack([ablated[0], hooked[1]]), clean, atol=1e-5, rtol=0)
+    with torch.inference_mode():
+        torch.testing.assert_close(logits_from(net, 1, layer_scale.embed(inputs)), clean, atol=1e-5, rtol=0)
 
 
 def test_unknown_sites_and_other_block_layouts_are_named():

@@ -17,11 +17,13 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.patch_sites import Site, missing_parts, patching
+from vitcli.experiments.components import pre_norm_refusal
 from vitcli.experiments.patching import (
+    Site,
     attribution_deltas,
     patch_images,
     patched_metric,
+    patching,
     run_pair,
     sites_of,
 )
@@ -164,12 +166,12 @@ def test_attribution_equals_a_finite_difference_of_activation_patching(newfoundl
     model.net.double()
     clean, corrupt = model.prepare(newfoundland), model.prepare(persian)
     pair = run_pair(model, clean.input, corrupt.input, gradients=True)
-    alpha, head_dim = 1e-4, model.net.blocks[0].attn.head_dim
+    alpha = 1e-4
     for kind in ("residual", "attention", "mlp", "heads"):
         sites = sites_of(kind, model.depth, model.grid.num_tokens, model.num_heads)
         ahead, behind = patched_metric(model, pair, sites, alpha), patched_metric(model, pair, sites, -alpha)
         difference = (ahead - behind) / (2 * alpha)
-        estimate = attribution_deltas(pair, kind, head_dim).reshape(-1)
+        estimate = attribution_deltas(pair, kind).reshape(-1)
         scale = float(estimate.abs().max())
         largest = float((difference - estimate).abs().max())
         print(f"{kind}: largest |finite difference - estimate| {largest:.3g}, largest |estimate| {scale:.3g}")
@@ -224,11 +226,11 @@ def test_result_scores_and_correlations(small, pair_images, pair):
 
 
 def test_sites_are_refused_on_blocks_without_attn_proj(small):
-    """Seen to fail when missing_parts looked for attn.qkv instead of attn.proj."""
+    """Seen to fail when REQUIRED_MODULES lacked attn.proj."""
     skeleton = small_vit(MODEL, depth=2, img_size=64).net
-    assert missing_parts(skeleton) is None
+    assert pre_norm_refusal(skeleton, MODEL) is None
     del skeleton.blocks[1].attn.proj
-    assert missing_parts(skeleton) == "block 2 (Block) has no attn.proj Linear"
+    assert pre_norm_refusal(skeleton, MODEL).endswith("block 2 (Block) has no attn.proj")
 
 
 def test_residual_image_puts_cls_beside_the_grid(small):
@@ -262,7 +264,8 @@ def no_model_load(monkeypatch):
         (["{dog}", "{copy}"], "CLEAN and CORRUPT are the same image"),
         (
             ["{dog}", "{cat}", "--model", "vit_small_patch16_18x2_224"],
-            "cannot patch vit_small_patch16_18x2_224: block 1 (ParallelThingsBlock) has no attn.proj",
+            "vit_small_patch16_18x2_224 is not a pre-norm ViT vitcli can take apart: block 1 (ParallelThingsBlock) "
+            "has no norm1, attn, attn.qkv, attn.proj",
         ),
     ],
     ids=["one image", "three images", "contrast = target", "same path", "same bytes", "no attn.proj"],

@@ -51,8 +51,7 @@ class PatchJob(Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        from vitcli.experiments.patch_sites import require_sites
-        from vitcli.loading import require_vit
+        from vitcli.experiments.components import require_pre_norm
 
         self.target = resolve_target_text(architecture, self.target_text)
         if self.contrast_text is not None:
@@ -64,7 +63,7 @@ class PatchJob(Job):
                 f"--contrast {self.contrast} is the --target class: M = logit(target) - logit(contrast) would be 0; "
                 "give two different classes"
             )
-        require_sites(require_vit(architecture.name), architecture.name)
+        require_pre_norm(architecture.name)
 
     def name(self) -> str:
         return result_name(

@@ -14,14 +14,18 @@ A timm `Block` computes x + drop_path1(ls1(attn(norm1(x)))), then + drop_path2(l
 
 `hooks(net, {site: function})` calls function(activation) during every forward inside the `with`; a function that
 returns a tensor replaces the activation (same shape), one that returns None only reads it. `caching(net, sites)`
-keeps activations in a dict. Hooks are removed on leaving the `with`, whatever happens.
+keeps activations in a dict (the very tensors the rest of the forward reads, so gradients with respect to them can be
+taken). `replaced(activation, edits)` changes `Part`s of a batch (a row, one token or every token, one head or the
+whole width) for a hook to return, and `logits_from(net, block, rows)` runs the model's own forward on from rows at
+blocks.B.hook_resid_pre. Hooks are removed on leaving the `with`, whatever happens.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from timm.models.vision_transformer import Block
@@ -76,6 +80,10 @@ def _module(root: nn.Module, path: str) -> nn.Module | None:
     return root
 
 
+def resid_pre_site(block: int) -> str:
+    return f"blocks.{block}.hook_resid_pre"
+
+
 def head_site(block: int) -> str:
     return f"blocks.{block}.attn.hook_z"
 
@@ -104,13 +112,43 @@ def caching(net: nn.Module, sites: Sequence[str]) -> Iterator[dict[str, Tensor]]
     cache: dict[str, Tensor] = {}
 
     def keeper(site: str) -> Hook:
-        def keep(activation: Tensor) -> None:
+        def keep(activation: Tensor) -> Tensor:
             cache[site] = activation
+            return activation  # what follows reads the cached tensor itself (at hook_z a view made by the hook)
 
         return keep
 
     with hooks(net, {site: keeper(site) for site in sites}):
         yield cache
+
+
+@dataclass(frozen=True)
+class Part:
+    """Part of one batch row of a site's activation: one token (None: every token) and, at attn.hook_z, one head
+    (one-based; None: every head, the whole width)."""
+
+    row: int
+    token: int | None = None
+    head: int | None = None
+
+    @property
+    def within_row(self) -> tuple[Any, ...]:
+        """The index of this part in one row (tokens, ...) of the activation."""
+        return (slice(None) if self.token is None else self.token, ... if self.head is None else self.head - 1)
+
+
+def replaced(activation: Tensor, edits: Iterable[tuple[Part, Callable[[Tensor], Tensor]]]) -> Tensor:
+    """A copy of a (batch, tokens, ...) activation with each part set to function(the part's value), in turn."""
+    activation = activation.clone()
+    for part, function in edits:
+        where = (part.row, *part.within_row)
+        activation[where] = function(activation[where])
+    return activation
+
+
+def logits_from(net: nn.Module, block: int, rows: Tensor) -> Tensor:
+    """The model's own forward on from `rows` entering block `block` (one-based: the value of hook_resid_pre)."""
+    return net.forward_head(net.norm(net.blocks[block - 1 :](rows)))
 
 
 def _register(net: nn.Module, site: str, function: Hook) -> Any:

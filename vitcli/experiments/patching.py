@@ -1,23 +1,44 @@
 """Activation patching between two images (`vitcli patch CLEAN CORRUPT`), and its first-order estimate.
 
-M = logit(target) - logit(contrast). Run CORRUPT and at one site put back CLEAN's activation (patch_sites): the score
+M = logit(target) - logit(contrast). Run CORRUPT and at one site put back CLEAN's activation: the score
 (M_patched - M_corrupt) / (M_clean - M_corrupt) is 1 when that site alone restores the clean metric and 0 when it
 changes nothing. Patched runs are batched (one row per site) and start at the earliest block a batch patches, from
 CORRUPT's rows entering it (the blocks before are CORRUPT's own run). Attribution patching estimates every site at
 once from one forward of each image and one backward of CORRUPT's M: (a_clean - a_corrupt) . dM/da.
+
+The sites are vitcli.experiments.components' named hook sites (blocks count from one):
+- `residual`: blocks.B.hook_resid_pre, the row of token t entering the block (CLS is token 0, Pn is token n), or
+  every row;
+- `attention`, `mlp`: blocks.B.hook_attn_out / hook_mlp_out, what the sublayer adds to the residual, every token
+  (layer scale included: patching before or after the elementwise ls1/ls2 gives the same run, and the same estimate);
+- `heads`: blocks.B.attn.hook_z, head h's slice of the input of attn.proj (its A_h V_h, every token).
+A patch moves the running value to the stored one by lerp(running, stored, alpha), alpha = 1 meaning the stored value
+exactly (torch.lerp returns `end` at weight 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.patch_sites import KINDS, Site, capturing, logits_from, patching, require_sites, stack_captured
+from vitcli.experiments.components import (
+    Part,
+    caching,
+    head_site,
+    hooks,
+    logits_from,
+    pre_norm_refusal,
+    replaced,
+    resid_pre_site,
+    sublayer_site,
+)
 from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.experiments.trace import full_float32
 from vitcli.grid import PatchGrid
@@ -25,16 +46,55 @@ from vitcli.images import ImageSource
 from vitcli.jobs import Steps
 from vitcli.model import PreparedImage, VitModel
 
+KINDS = ("residual", "attention", "mlp", "heads")
 METHODS = ("activation", "attribution")
 # |M_clean - M_corrupt| at or below this is "equal": the score's denominator would be float32 rounding noise.
 DENOMINATOR_TOLERANCE = 1e-5
 TOP_SHOWN = 3
 
 
+@dataclass(frozen=True)
+class Site:
+    kind: str  # one of KINDS
+    block: int  # one-based
+    index: int | None = None  # residual: the token (None: every token); heads: the head, one-based
+
+    @property
+    def hook_site(self) -> str:
+        return hook_site(self.kind, self.block)
+
+    def part(self, row: int) -> Part:
+        """What this site patches of batch row `row` of its hook site's activation."""
+        if self.kind == "residual":
+            return Part(row, token=self.index)
+        return Part(row, head=self.index) if self.kind == "heads" else Part(row)
+
+
+def hook_site(kind: str, block: int) -> str:
+    """The components site a kind of patch site reads and writes in one block."""
+    if kind == "residual":
+        return resid_pre_site(block)
+    return head_site(block) if kind == "heads" else sublayer_site(block, {"attention": "attn", "mlp": "mlp"}[kind])
+
+
+@contextmanager
+def patching(net: nn.Module, sites: Sequence[Site], stored: dict[str, Tensor], alpha: float = 1.0) -> Iterator[None]:
+    """Inside the block, row k of a batch gets site k's value moved to `stored`'s: lerp(running, stored, alpha).
+
+    `stored` is kind -> (blocks, tokens, ...) as in PairRun, e.g. the clean run's."""
+    edits: dict[str, list[tuple[Part, Callable[[Tensor], Tensor]]]] = defaultdict(list)
+    for row, site in enumerate(sites):
+        part = site.part(row)
+        source = stored[site.kind][site.block - 1][part.within_row]
+        edits[site.hook_site].append((part, lambda running, source=source: torch.lerp(running, source, alpha)))
+    with hooks(net, {name: lambda value, edits=edits[name]: replaced(value, edits) for name in edits}):
+        yield
+
+
 @dataclass
 class PairRun:
-    """Both images' activations at every site (kind -> (blocks, tokens, width)), their logits, the classes of M and,
-    for attribution, the gradient of CORRUPT's M at every site."""
+    """Both images' activations at every site (kind -> (blocks, tokens, width), heads: (blocks, tokens, heads,
+    head_dim)), their logits, the classes of M and, for attribution, the gradient of CORRUPT's M at every site."""
 
     clean: dict[str, Tensor]
     corrupt: dict[str, Tensor]
@@ -127,7 +187,9 @@ def run_pair(
     """One forward of each (3, H, W) normalized input capturing every site; with gradients, one backward of CORRUPT's
     M. target defaults to CLEAN's top-1; contrast to CORRUPT's top-1, or its second when that is the target."""
     net = model.net
-    require_sites(net, model.name)
+    refusal = pre_norm_refusal(net, model.name)
+    if refusal is not None:
+        raise UsageError(refusal)
     with full_float32():
         with torch.inference_mode():
             clean_captured, clean_logits = _forward(model, clean)
@@ -139,32 +201,37 @@ def run_pair(
             grads = None
             if gradients:
                 metric = corrupt_logits[0, target] - corrupt_logits[0, contrast]
-                order = [(kind, index) for kind in KINDS for index in range(len(corrupt_captured[kind]))]
-                found = torch.autograd.grad(metric, [corrupt_captured[kind][index] for kind, index in order])
-                grads = {
-                    kind: torch.stack([g[0] for (k, _), g in zip(order, found, strict=True) if k == kind])
-                    for kind in KINDS
-                }
+                found = torch.autograd.grad(metric, [corrupt_captured[site] for site in corrupt_captured])
+                grads = _by_kind(dict(zip(corrupt_captured, found, strict=True)), model.depth)
     return PairRun(
-        stack_captured(clean_captured),
-        stack_captured(corrupt_captured),
+        _by_kind(clean_captured, model.depth),
+        _by_kind(corrupt_captured, model.depth),
         clean_logits[0].detach().double().cpu(),
         corrupt_logits[0].detach().double().cpu(),
         target, contrast, target_rule, contrast_rule, grads,
     )  # fmt: skip
 
 
-def _forward(model: VitModel, image: Tensor, gradients: bool = False) -> tuple[dict[str, list[Tensor]], Tensor]:
-    """The model's own layers on one image, every site captured; with gradients, the rows entering block 1 are a
+def _forward(model: VitModel, image: Tensor, gradients: bool = False) -> tuple[dict[str, Tensor], Tensor]:
+    """The model's own layers on one image, every site cached; with gradients, the rows entering block 1 are a
     leaf that requires its gradient, so the graph exists even for a model with frozen parameters."""
     net = model.net
     x = image.unsqueeze(0).to(model.device, dtype=net.patch_embed.proj.weight.dtype)
     rows = model.embed(x)
     if gradients:
         rows = rows.detach().requires_grad_()
-    with capturing(net) as captured:
-        logits = logits_from(net, 0, rows)
-    return captured, logits
+    sites = [hook_site(kind, block) for kind in KINDS for block in range(1, model.depth + 1)]
+    with caching(net, sites) as cache:
+        logits = logits_from(net, 1, rows)
+    return cache, logits
+
+
+def _by_kind(by_site: dict[str, Tensor], depth: int) -> dict[str, Tensor]:
+    """kind -> (blocks, tokens, ...) of the first image of activations cached by site name (detached)."""
+    return {
+        kind: torch.stack([by_site[hook_site(kind, block)][0].detach() for block in range(1, depth + 1)])
+        for kind in KINDS
+    }
 
 
 def _classes(
@@ -196,25 +263,22 @@ def patched_metric(
     with full_float32(), torch.inference_mode():
         for first in range(0, len(sites), model.batch_size):
             batch = sites[first : first + model.batch_size]
-            start = min(site.block for site in batch) - 1
-            rows = pair.corrupt["residual"][start].expand(len(batch), -1, -1)
+            start = min(site.block for site in batch)
+            rows = pair.corrupt["residual"][start - 1].expand(len(batch), -1, -1)
             with patching(net, batch, pair.clean, alpha):
                 values.append(pair.metric(logits_from(net, start, rows)).cpu())
             steps.advance(len(batch))
     return torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)
 
 
-def attribution_deltas(pair: PairRun, kind: str, head_dim: int) -> Tensor:
+def attribution_deltas(pair: PairRun, kind: str) -> Tensor:
     """(a_clean - a_corrupt) . dM/da for every site of a kind, shaped like its scores, float64."""
     assert pair.gradients is not None
-    products = (
-        ((pair.clean[kind] - pair.corrupt[kind]) * pair.gradients[kind]).double().cpu()
-    )  # (blocks, tokens, width)
+    products = ((pair.clean[kind] - pair.corrupt[kind]) * pair.gradients[kind]).double().cpu()  # (blocks, tokens, ...)
     if kind == "residual":
         return products.sum(-1)
     if kind == "heads":
-        blocks, tokens, width = products.shape
-        return products.reshape(blocks, tokens, width // head_dim, head_dim).sum((1, 3))
+        return products.sum((1, 3))  # (blocks, tokens, heads, head_dim)
     return products.sum((1, 2))
 
 
@@ -241,7 +305,6 @@ def patch_images(
             "CLEAN's metric, so (M_patched - M_corrupt) / (M_clean - M_corrupt) is undefined; give two images "
             "(or classes) that differ"
         )
-    head_dim = model.net.blocks[0].attn.head_dim
     tokens, heads = pair.clean["residual"].shape[1], model.num_heads
     scores, forwards = [], 0
     for kind in kinds:
@@ -254,7 +317,7 @@ def patch_images(
             activation = ((patched - pair.m_corrupt) / denominator).reshape(shape).numpy()
             forwards += len(sites)
         if "attribution" in methods:
-            attribution = (attribution_deltas(pair, kind, head_dim) / denominator).reshape(shape).numpy()
+            attribution = (attribution_deltas(pair, kind) / denominator).reshape(shape).numpy()
         scores.append(KindScores(kind, activation, attribution, *correlations([activation], [attribution])))
     pearson, spearman = correlations([s.activation for s in scores], [s.attribution for s in scores])
     return PatchResult(
