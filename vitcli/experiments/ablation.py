@@ -14,12 +14,22 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from vitcli.experiments.components import caching, head_site, hooks, sublayer_site
+from vitcli.experiments.components import (
+    Part,
+    caching,
+    head_site,
+    hooks,
+    logits_from,
+    replaced,
+    resid_pre_site,
+    sublayer_site,
+)
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
@@ -43,6 +53,10 @@ class Ablation:
     @property
     def hook_site(self) -> str:
         return head_site(self.block) if self.site == HEAD else sublayer_site(self.block, self.site)
+
+    def part(self, row: int) -> Part:
+        """What this ablation replaces of batch row `row` of its hook site's activation (every token)."""
+        return Part(row, head=self.head if self.site == HEAD else None)
 
 
 @dataclass(frozen=True)
@@ -78,12 +92,12 @@ class Replacements:
         self.values = values or {}
         self.description = description
 
-    def value(self, ablation: Ablation, like: Tensor) -> Tensor:
-        """The replacement of one row (tokens, ...) of the activation `like` (batch, tokens, ...)."""
+    def value(self, ablation: Ablation, running: Tensor) -> Tensor:
+        """The replacement of the ablated part's running value (tokens, ...) of one row."""
         if self.mode == ZERO:
-            return torch.zeros_like(like[0, :, ablation.head - 1] if ablation.site == HEAD else like[0])
-        stored = self.values[ablation.hook_site].to(like.device, like.dtype)
-        return stored[:, ablation.head - 1] if ablation.site == HEAD else stored
+            return torch.zeros_like(running)
+        stored = self.values[ablation.hook_site].to(running.device, running.dtype)
+        return stored[ablation.part(0).within_row]
 
 
 def resample_source(references: Sequence[Path], image: Path) -> Path:
@@ -121,7 +135,7 @@ def ablation_logits(
 ) -> tuple[Tensor, Tensor]:
     """(clean logits (classes,), ablated logits (ablations, classes) in the order given), CPU float32."""
     net = model.net
-    resid_sites = [f"blocks.{b}.hook_resid_pre" for b in range(1, model.depth + 1)]
+    resid_sites = [resid_pre_site(block) for block in range(1, model.depth + 1)]
     with torch.inference_mode(), caching(net, resid_sites) as cache, _threads(1 if model.streams > 1 else None):
         clean = net(prepared.input[None].to(model.device))[0].float().cpu()
     order = sorted(range(len(ablations)), key=lambda index: ablations[index])
@@ -134,14 +148,10 @@ def ablation_logits(
             rows = current.by_site.get(site)
             if not rows:
                 return None
-            activation = activation.clone()
-            for row, ablation in rows:
-                value = replacements.value(ablation, activation)
-                if ablation.site == HEAD:
-                    activation[row, :, ablation.head - 1] = value
-                else:
-                    activation[row] = value
-            return activation
+            return replaced(
+                activation,
+                [(ablation.part(row), partial(replacements.value, ablation)) for row, ablation in rows],
+            )
 
         return replace
 
@@ -152,8 +162,7 @@ def ablation_logits(
         for row, ablation in enumerate(chunk):
             current.by_site.setdefault(ablation.hook_site, []).append((row, ablation))
         first = min(ablation.block for ablation in chunk)
-        rows = cache[f"blocks.{first}.hook_resid_pre"].expand(len(chunk), -1, -1)
-        return net.forward_head(net.norm(net.blocks[first - 1 :](rows)))
+        return logits_from(net, first, cache[resid_pre_site(first)].expand(len(chunk), -1, -1))
 
     sites = {ablation.hook_site for ablation in ablations}
     with hooks(net, {site: replacer(site) for site in sites}):
