@@ -259,7 +259,10 @@ def no_model_load(monkeypatch):
     [
         (["{dog}"], "patch needs exactly two images, CLEAN then CORRUPT; got 1"),
         (["{dog}", "{cat}", "{dog}"], "patch needs exactly two images, CLEAN then CORRUPT; got 3"),
-        (["{dog}", "{cat}", "--target", "256", "--contrast", "Newfoundland dog"], "--contrast 256 is the --target"),
+        (
+            ["{dog}", "{cat}", "--target", "256", "--contrast", "Newfoundland dog"],
+            "--contrast Newfoundland dog is the target class 256",
+        ),
         (["{dog}", "{dog}"], "CLEAN and CORRUPT are the same image"),
         (["{dog}", "{copy}"], "CLEAN and CORRUPT are the same image"),
         (

@@ -34,3 +34,17 @@ def resolve_class(labels: Sequence[str], text: str, option: str = "--target") ->
     close = difflib.get_close_matches(wanted, folded, n=3, cutoff=0.6)
     hint = "; close: " + "; ".join(f"{folded.index(c)} {labels[folded.index(c)]}" for c in close) if close else ""
     raise UsageError(f"{option} {text!r} matches no class label{hint}; give a label or an index 0..{len(labels) - 1}")
+
+
+def resolve_contrast(labels: Sequence[str], text: str | None, target: int | None) -> int | None:
+    """A --contrast text as a class index (None when not given), refused when it names the --target class: the metric
+    logit(target) - logit(contrast) would be 0."""
+    if text is None:
+        return None
+    contrast = resolve_class(labels, text, "--contrast")
+    if contrast == target:
+        raise UsageError(
+            f"--contrast {text} is the target class {target}: logit(target) - logit(contrast) would be 0; "
+            "choose another class"
+        )
+    return contrast

@@ -61,15 +61,10 @@ class AttributeJob(Job):
                     f"--by token: {architecture.name}'s attention normalizes or gates the heads before attn.proj, "
                     "so a head's output is not a sum over source tokens"
                 )
-        self.target = resolve_target_text(architecture, self.target_text)
-        if self.contrast_text is not None:
-            from vitcli.classes import resolve_class
+        from vitcli.classes import resolve_contrast
 
-            self.contrast = resolve_class(architecture.labels, self.contrast_text, "--contrast")
-            if self.contrast == self.target:
-                raise UsageError(
-                    f"--contrast {self.contrast_text} is the target class {self.target}: the difference would be 0"
-                )
+        self.target = resolve_target_text(architecture, self.target_text)
+        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
 
     def name(self) -> str:
         return result_name(

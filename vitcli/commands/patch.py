@@ -51,18 +51,11 @@ class PatchJob(Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
+        from vitcli.classes import resolve_contrast
         from vitcli.experiments.components import require_pre_norm
 
         self.target = resolve_target_text(architecture, self.target_text)
-        if self.contrast_text is not None:
-            from vitcli.classes import resolve_class
-
-            self.contrast = resolve_class(architecture.labels, self.contrast_text, "--contrast")
-        if self.contrast is not None and self.contrast == self.target:
-            raise UsageError(
-                f"--contrast {self.contrast} is the --target class: M = logit(target) - logit(contrast) would be 0; "
-                "give two different classes"
-            )
+        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
         require_pre_norm(architecture.name)
 
     def name(self) -> str:
