@@ -85,3 +85,33 @@ def overlay(
 def title(fig: Any, text: str, weights: str) -> None:
     """A figure title that always names the weights."""
     fig.suptitle(f"{text}\n{weights_note(weights)}", fontsize=10)
+
+
+DIVERGING = "RdBu_r"  # red above 0, blue below, white at 0
+
+
+def symmetric_limit(*arrays: Any) -> float:
+    """The half range of a colour scale centred on 0: the largest |value| (NaN ignored), 1 when every value is 0."""
+    largest = max(float(np.nanmax(np.abs(np.asarray(array, dtype=float)))) for array in arrays)
+    return largest if largest > 0 else 1.0
+
+
+def blocks_map(
+    panel: Any,
+    values: np.ndarray,
+    columns: str = "head",
+    ticks: list[str] | None = None,
+    limit: float | None = None,
+    fontsize: float | None = None,
+) -> Any:
+    """A blocks x `columns` map (heads by default, ticks counting from 1) on a colour scale centred on 0, +-limit
+    (default: symmetric_limit), NaN cells gray; returns the image for a colour bar."""
+    blocks, count = values.shape
+    limit = symmetric_limit(values) if limit is None else limit
+    cmap = plt.get_cmap(DIVERGING).with_extremes(bad="lightgray")
+    image = panel.imshow(values, cmap=cmap, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    panel.set_xticks(range(count), ticks or [str(column) for column in range(1, count + 1)], fontsize=fontsize)
+    panel.set_yticks(range(blocks), [str(block) for block in range(1, blocks + 1)], fontsize=fontsize)
+    panel.set_xlabel(columns)
+    panel.set_ylabel("block")
+    return image

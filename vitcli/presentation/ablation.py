@@ -123,16 +123,10 @@ def _heat_figure(
     fig, panels = figures.plt.subplots(
         1, len(panels_wanted), figsize=(3.2 + 2.6 * len(panels_wanted), 5.2), layout="constrained", squeeze=False
     )
-    limit = float(np.nanmax(np.abs(values))) or 1.0
+    limit = figures.symmetric_limit(values)
     image = None
     for panel, (values_map, label, ticks) in zip(panels[0], panels_wanted, strict=True):
-        cmap = figures.plt.get_cmap("RdBu_r").copy()
-        cmap.set_bad("lightgray")
-        image = panel.imshow(values_map, cmap=cmap, vmin=-limit, vmax=limit, aspect="auto")
-        panel.set_xticks(range(len(ticks)), ticks)
-        panel.set_yticks(range(depth), [str(block) for block in range(1, depth + 1)])
-        panel.set_xlabel(label)
-        panel.set_ylabel("block")
+        image = figures.blocks_map(panel, values_map, label, ticks, limit)
     for ablation, note in zip(ablations, notes or [], strict=False):
         panel_index = 0 if ablation.site == HEAD or len(panels_wanted) == 1 else 1
         column = ablation.head - 1 if ablation.site == HEAD else SUBLAYERS.index(ablation.site)

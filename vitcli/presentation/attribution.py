@@ -148,7 +148,7 @@ def _block_figure(result: AttributionResult) -> Any:
     """Bars: the embedding, then attention and MLP side by side per block; heat map: blocks x heads around 0."""
     from vitcli import figures
 
-    depth, heads = result.head_terms.shape
+    depth = result.head_terms.shape[0]
     fig, (bars, heat) = figures.plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained", width_ratios=[2, 1])
     blocks = np.arange(1, depth + 1)
     attention = [term.value for term in result.block_terms[1::2]]
@@ -162,12 +162,7 @@ def _block_figure(result: AttributionResult) -> Any:
     bars.set_ylabel("term (logit units)")
     bars.legend(fontsize=8)
     bars.set_title(_check_text(result), fontsize=8)
-    limit = float(np.abs(result.head_terms).max()) or 1.0
-    image = heat.imshow(result.head_terms, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
-    heat.set_xticks(range(heads), [str(h) for h in range(1, heads + 1)])
-    heat.set_yticks(range(depth), [str(block) for block in blocks])
-    heat.set_xlabel("head")
-    heat.set_ylabel("block")
+    image = figures.blocks_map(heat, result.head_terms)
     heat.set_title("per-head terms (0 = white)", fontsize=9)
     fig.colorbar(image, ax=heat, shrink=0.85)
     return fig
@@ -185,11 +180,17 @@ def _token_figure(result: AttributionResult) -> Any:
     prefix = grid.num_prefix
     columns = min(heads, 4)
     fig, panels = figures.figure(columns, 4.0, rows=-(-heads // columns))
-    limit = float(np.abs(values).max()) or 1.0
+    limit = figures.symmetric_limit(values)
     mappable = None
     for head, panel in enumerate(panels[:heads]):
         mappable = figures.overlay(
-            panel, result.crop, values[head, prefix:].reshape(grid.rows, grid.cols), "RdBu_r", -limit, limit, alpha=0.75
+            panel,
+            result.crop,
+            values[head, prefix:].reshape(grid.rows, grid.cols),
+            figures.DIVERGING,
+            -limit,
+            limit,
+            alpha=0.75,
         )
         named = ", ".join(f"{name} {values[head, index]:.3g}" for index, name in enumerate(result.token_names[:prefix]))
         panel.set_title(f"block {result.block} head {head + 1}: sum {values[head].sum():.3g}\n{named}", fontsize=8)

@@ -17,17 +17,10 @@ from vitcli.grid import PatchGrid
 
 COLUMNS = 6
 PANEL_INCHES = 2.4
-DIVERGING = "RdBu_r"
 
 
 def _shown(scores: KindScores) -> np.ndarray:
     return scores.activation if scores.activation is not None else scores.attribution
-
-
-def _symmetric(*arrays: np.ndarray) -> float:
-    """The colour scale's half range: the largest |score| (1 when every score is 0)."""
-    largest = max(float(np.abs(array).max()) for array in arrays)
-    return largest if largest > 0 else 1.0
 
 
 def residual_image(grid: PatchGrid, scores: np.ndarray) -> np.ndarray:
@@ -80,10 +73,12 @@ def _residual_maps(fig: Any, panels: list[Any], result: PatchResult) -> None:
     row carries the answer, would wash them out): the CLS value is printed under its cell, whose colour clips."""
     from matplotlib import colormaps
 
-    cmap = colormaps[DIVERGING].with_extremes(bad="white")
+    from vitcli import figures
+
+    cmap = colormaps[figures.DIVERGING].with_extremes(bad="white")
     grid = result.grid
     scores = _shown(next(scores for scores in result.kinds if scores.kind == "residual"))
-    limit = _symmetric(scores[:, grid.num_prefix :])
+    limit = figures.symmetric_limit(scores[:, grid.num_prefix :])
     for block, panel in enumerate(panels):
         image = panel.imshow(
             residual_image(grid, scores[block]), cmap=cmap, vmin=-limit, vmax=limit, interpolation="nearest"
@@ -113,14 +108,9 @@ def _bars(panel: Any, sublayers: list[KindScores]) -> None:
 
 
 def _heads(fig: Any, panel: Any, heads: KindScores) -> None:
-    values = _shown(heads)
-    limit = _symmetric(values)
-    image = panel.imshow(values, cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
-    blocks, count = values.shape
-    panel.set_xticks(range(count), [str(head + 1) for head in range(count)], fontsize=7)
-    panel.set_yticks(range(blocks), [str(block + 1) for block in range(blocks)], fontsize=7)
-    panel.set_xlabel("head")
-    panel.set_ylabel("block")
+    from vitcli import figures
+
+    image = figures.blocks_map(panel, _shown(heads), fontsize=7)
     panel.set_title("heads (slice of attn.proj's input)", fontsize=8)
     fig.colorbar(image, ax=panel, shrink=0.8)
 
