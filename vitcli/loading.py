@@ -60,6 +60,13 @@ class Architecture:
     num_classes: int  # 0: no classifier head (the model outputs pooled features)
     labels: tuple[str, ...]  # one name per class
     global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
+    mlp_hidden: int = 0  # the width of a block's MLP hidden layer (fc1's outputs)
+
+    @property
+    def longest_vector(self) -> int:
+        """The most values any one vector of the forward has: a patch's pixels, a row, the MLP's hidden layer, or
+        the logits. Options that show leading values are bounded by it."""
+        return max(3 * self.grid.patch_size**2, self.embed_dim, self.mlp_hidden, self.num_classes)
 
 
 def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None = None) -> VitModel:
@@ -108,7 +115,13 @@ def describe(spec: WeightsSpec) -> Architecture:
         num_classes=num_classes,
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=skeleton.global_pool,
+        mlp_hidden=_mlp_hidden(skeleton),
     )
+
+
+def _mlp_hidden(skeleton: VisionTransformer) -> int:
+    fc1 = getattr(getattr(skeleton.blocks[0], "mlp", None), "fc1", None)
+    return int(getattr(fc1, "out_features", 4 * skeleton.embed_dim))
 
 
 def default_batch_size(device: torch.device) -> int:

@@ -11,6 +11,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import fitted_count
 
 
 class View(StrEnum):
@@ -45,7 +46,7 @@ class AttendJob(Job):
         query: str,
         head_fusion: str,
         discard_ratio: float,
-        top_k: int,
+        top_k: int | None,
     ):
         self.view = view
         self.block, self.head, self.all_heads = block, head, all_heads
@@ -61,7 +62,7 @@ class AttendJob(Job):
         from vitcli.experiments.rollout import check_rollout_options
 
         grid = architecture.grid
-        attention.check_top_k(grid, self.top_k)
+        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
         if not (self.view is View.summary and self.query_text.strip().lower() == "all"):
             self.query = attention.parse_query(grid, self.query_text)
         if self.view is View.rollout:
@@ -133,7 +134,7 @@ def attend_jobs(
     query: str = "cls",
     head_fusion: HeadFusion | str | None = None,
     discard_ratio: float | None = None,
-    top_k: int = DEFAULT_TOP_K,
+    top_k: int | None = None,
 ) -> list[Job]:
     """Refuse options the view does not use (no model needed), then one job for the view."""
     views = [choice.value for choice in View]
@@ -197,7 +198,15 @@ def attend_command(
             rich_help_panel=_ROLLOUT,
         ),
     ] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many top sources the table lists.")] = DEFAULT_TOP_K,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"How many top sources the table lists (default {DEFAULT_TOP_K}, or the model's tokens if fewer).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Exact attention of one query for any block and head: table, maps, summaries and rollout.
 

@@ -12,6 +12,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 
 # Cheap together (one hooked forward and backward); occlusion runs one forward per patch, so it is asked for.
 DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
@@ -165,8 +166,8 @@ def explain_jobs(
         raise UsageError(f"unknown fill {fill!r}: choose one of {', '.join(member.value for member in Fill)}")
     if not faithfulness and steps is not None:
         raise UsageError("--steps sets the faithfulness curves: add --faithfulness")
-    if random_orders < 0:
-        raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
+    check_count("--random-orders", random_orders, 0, MAX_RANDOM_ORDERS, "each costs 2 x --steps forwards per image")
+    check_seed("--order-seed", order_seed)
     return [ExplainJob(methods, target, block, str(fill), faithfulness, steps, random_orders, order_seed)]
 
 

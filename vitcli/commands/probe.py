@@ -10,6 +10,7 @@ from vitcli.errors import UsageError
 from vitcli.jobs import Job, Presentation
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.shell import vitcli_command
+from vitcli.spec import check_seed
 
 # Features live beside the results of the same weights (the model folder names them), under this subject, in a file
 # named by the parameters' SHA-256 too: other weights never read them.
@@ -27,6 +28,7 @@ class ProbeJob(Job):
             raise UsageError(f"--val-fraction must be at least 0 and below 1, not {val_fraction}")
         if weight_decay < 0:
             raise UsageError(f"--weight-decay must be at least 0, not {weight_decay}")
+        check_seed("--split-seed", split_seed)
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.weight_decay = weight_decay

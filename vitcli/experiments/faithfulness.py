@@ -21,6 +21,7 @@ from torch import Tensor
 from vitcli.errors import UsageError
 from vitcli.grid import PatchGrid
 from vitcli.model import VitModel
+from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 
 DEFINITION = (
     "deletion: patches covered with the fill in order of decreasing map value (ties by patch number), "
@@ -98,8 +99,8 @@ def trapezoid_auc(fractions: Sequence[float] | np.ndarray, values: Sequence[floa
 def check_options(grid: PatchGrid, options: FaithfulnessOptions) -> None:
     if not 1 <= options.steps <= grid.num_patches:
         raise UsageError(f"--steps must be between 1 and {grid.num_patches} (the patches), not {options.steps}")
-    if options.random_orders < 0:
-        raise UsageError(f"--random-orders must be 0 or more, not {options.random_orders}")
+    check_count("--random-orders", options.random_orders, 0, MAX_RANDOM_ORDERS, "each order costs 2 x --steps forwards")
+    check_seed("--order-seed", options.seed)
 
 
 def step_counts(patches: int, steps: int) -> list[int]:

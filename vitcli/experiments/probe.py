@@ -18,6 +18,7 @@ from vitcli.errors import UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.images import IMAGE_SUFFIXES
 from vitcli.model import VitModel
+from vitcli.spec import check_seed
 
 DEFAULT_WEIGHT_DECAY = 1e-4
 MAX_ITERATIONS = 500
@@ -148,6 +149,7 @@ def split(labels: list[int], val_fraction: float, seed: int) -> tuple[list[int],
     validation (at least one where the class has two or more images and the fraction is positive)."""
     if not 0.0 <= val_fraction < 1.0:
         raise UsageError(f"--val-fraction must be at least 0 and below 1, not {val_fraction}")
+    check_seed("--split-seed", seed)
     generator = torch.Generator().manual_seed(seed)
     train, val = [], []
     for label in sorted(set(labels)):
