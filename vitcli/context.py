@@ -105,7 +105,7 @@ class CommandContext:
         return shlex.join(["vitcli", *sys.argv[1:]])
 
     def provenance(self, model: VitModel) -> dict[str, Any]:
-        return {**model.provenance(), "weights_label": self.spec.label, "command": self.command_line}
+        return {**model.provenance(), "weights_label": model.spec.label, "command": self.command_line}
 
     @cached_property
     def model_folder(self) -> str:

@@ -7,8 +7,10 @@ their arguments first.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import json
 import pickle
 import re
 import socket
@@ -37,6 +39,8 @@ WEIGHTS_HELP = (
     "pass --checkpoint PATH (a .safetensors, .pth or .pt state dict), "
     "or use --weights random --seed N for an untrained model"
 )
+# The safetensors metadata key under which vitcli records how it made a checkpoint (JSON).
+RECORD_KEY = "vitcli"
 # One TCP connection to the hub (or its proxy) tells within this time whether a download can work at all.
 HUB_CONNECT_SECONDS = 5
 
@@ -86,6 +90,7 @@ def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None =
             net = timm.create_model(spec.model_name, pretrained=False)
         elif spec.checkpoint is not None:
             state = read_checkpoint(spec.checkpoint)
+            spec = dataclasses.replace(spec, recorded=read_record(spec.checkpoint))
             num_classes = head_classes(state)
             labels = class_names(spec, num_classes, skeleton.pretrained_cfg)
             net = timm.create_model(spec.model_name, pretrained=False, num_classes=num_classes)
@@ -253,6 +258,22 @@ def read_checkpoint(path: Path) -> dict[str, Tensor]:
                 f"{tensor.numel()} (the first such tensor by name); such weights give meaningless outputs"
             )
     return state
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """What a checkpoint vitcli wrote records about its making (the `vitcli` key of a safetensors file's metadata,
+    JSON); None for torch files, other safetensors files, and a record that is not a JSON object."""
+    if _checkpoint_kind(path) != "safetensors":
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as file:
+        text = (file.metadata() or {}).get(RECORD_KEY)
+    try:
+        record = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def load_checkpoint(net: torch.nn.Module, path: Path, name: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vitcli.errors import UsageError
 
@@ -48,6 +50,10 @@ class WeightsSpec:
     seed: int = 0
     checkpoint: Path | None = None
     labels: Path | None = None
+    # What a checkpoint vitcli wrote records about the weights it was made from (`vitcli probe`: the backbone's
+    # model, weights, seed and parameter hash, and the probe's settings); filled by the loader from the file, never
+    # given by users, and no part of the spec's identity.
+    recorded: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Checked here, before anything is built: torch would refuse it only after the skeleton and imports.
@@ -59,5 +65,18 @@ class WeightsSpec:
         if self.random:
             return f"RANDOM (seed {self.seed})"
         if self.checkpoint is not None:
+            seed = self.untrained_backbone_seed
+            if seed is not None:
+                return f"RANDOM (seed {seed}) backbone in checkpoint {self.checkpoint.name}"
             return f"checkpoint {self.checkpoint.name}"
         return "pretrained"
+
+    @property
+    def untrained_backbone_seed(self) -> int | None:
+        """The seed of the random weights a checkpoint's backbone came from, as the checkpoint records it; None for
+        trained backbones and checkpoints that record nothing."""
+        backbone = (self.recorded or {}).get("backbone")
+        if not isinstance(backbone, Mapping):
+            return None
+        seed = backbone.get("untrained_seed")
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
