@@ -78,15 +78,19 @@ class Faithfulness:
     definition: str = DEFINITION
 
     def ranking(self) -> list[tuple[str, int, int]]:
-        """(method, deletion rank, insertion rank) for the maps and the random baseline; rank 1 is most faithful."""
+        """(method, deletion rank, insertion rank) for the maps and the random baseline; rank 1 is most faithful.
+
+        Equal AUCs share a rank, the best of their places (competition ranking: 1, 1, 3), so list order never
+        decides between methods the curves cannot tell apart."""
         entries = [(curves.method, curves.deletion.auc, curves.insertion.auc) for curves in self.methods]
         if self.random is not None:
             entries.append((RANDOM, self.random.deletion.auc, self.random.insertion.auc))
-        by_deletion = sorted(entries, key=lambda entry: entry[1])
-        by_insertion = sorted(entries, key=lambda entry: -entry[2])
-        deletion_rank = {method: rank for rank, (method, _, _) in enumerate(by_deletion, start=1)}
-        insertion_rank = {method: rank for rank, (method, _, _) in enumerate(by_insertion, start=1)}
-        return [(method, deletion_rank[method], insertion_rank[method]) for method, _, _ in entries]
+        deletion = [auc for _, auc, _ in entries]
+        insertion = [auc for _, _, auc in entries]
+        return [
+            (method, 1 + sum(other < low for other in deletion), 1 + sum(other > high for other in insertion))
+            for method, low, high in entries
+        ]
 
 
 def trapezoid_auc(fractions: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> float:
