@@ -27,6 +27,11 @@ class HeadFusion(StrEnum):
     min = "min"
 
 
+class Scale(StrEnum):
+    own = "own"
+    zero = "zero"
+
+
 DEFAULT_TOP_K = 10
 _ROLLOUT = "Rollout options"
 
@@ -47,12 +52,14 @@ class AttendJob(Job):
         head_fusion: str,
         discard_ratio: float,
         top_k: int | None,
+        scale: str = Scale.own.value,
     ):
         self.view = view
         self.block, self.head, self.all_heads = block, head, all_heads
         self.query_text = query
         self.head_fusion, self.discard_ratio = head_fusion, discard_ratio
         self.top_k = top_k
+        self.scale = scale  # the figures' colour range: the maps' own, or from zero
         self.query: Any = None  # experiments.attention.Query; None with --query all
         self.blocks: list[int] = []  # one-based, for map and all-blocks
         self.heads: list[int] = []
@@ -74,20 +81,22 @@ class AttendJob(Job):
     def name(self) -> str:
         query = setting("q", "all" if self.query is None else _query_part(self.query))
         top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)
+        scale = setting("sc", self.scale if self.scale != Scale.own.value else None)
         if self.view is View.summary:
-            return result_name("attention-summary", query)
+            return result_name("attention-summary", query, scale)
         if self.view is View.rollout:
             fusion, discard = setting("f", self.head_fusion), setting("d", float(self.discard_ratio))
-            return result_name("rollout", fusion, discard, query, top_k)
+            return result_name("rollout", fusion, discard, query, top_k, scale)
         blocks = setting("b", "all" if self.view is View.all_blocks else self.block)
         heads = setting("h", "all" if self.all_heads else self.head)
-        return result_name("attention", blocks, heads, query, top_k)
+        return result_name("attention", blocks, heads, query, top_k, scale)
 
     def settings(self) -> dict[str, Any]:
         chosen: dict[str, Any] = {
             "view": self.view.value,
             "query": "all" if self.query is None else self.query.name,
             "query_token": None if self.query is None else self.query.token,
+            "scale": self.scale,
         }
         if self.view in (View.map, View.all_blocks):
             chosen |= {"blocks": self.blocks, "heads": self.heads, "top_k": self.top_k}
@@ -117,7 +126,13 @@ class AttendJob(Job):
         from vitcli.presentation import attention, attention_summary, rollout
 
         view = {View.summary: attention_summary, View.rollout: rollout}.get(self.view, attention)
-        return Presentation.of(view, result)  # a summary is a table of numbers: its module draws no figure
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result, self.scale),
+            summary=view.summary(result),
+        )
 
 
 def _query_part(query: Any) -> str:
@@ -135,6 +150,7 @@ def attend_jobs(
     head_fusion: HeadFusion | str | None = None,
     discard_ratio: float | None = None,
     top_k: int | None = None,
+    scale: Scale | str = Scale.own,
 ) -> list[Job]:
     """Refuse options the view does not use (no model needed), then one job for the view."""
     views = [choice.value for choice in View]
@@ -153,8 +169,11 @@ def attend_jobs(
         raise UsageError("--head-fusion and --discard-ratio only apply to --view rollout")
     if query.strip().lower() == "all" and view is not View.summary:
         raise UsageError("--query all only works with --view summary; otherwise give one query (a patch, r5c3 or cls)")
+    scales = [choice.value for choice in Scale]
+    if str(scale) not in scales:
+        raise UsageError(f"--scale must be one of {', '.join(scales)}, not {scale}")
     fusion = str(head_fusion or HeadFusion.mean)
-    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k)]
+    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k, str(scale))]
 
 
 @vitcli_command(
@@ -207,10 +226,18 @@ def attend_command(
             show_default=False,
         ),
     ] = None,
+    scale: Annotated[
+        Scale,
+        typer.Option(
+            "--scale",
+            help="Colour range of the figures: own (each figure's smallest to largest patch value, so near-uniform "
+            "rows show their structure) or zero (from 0). The colour bar says which.",
+        ),
+    ] = Scale.own,
 ) -> None:
     """Exact attention of one query for any block and head: table, maps, summaries and rollout.
 
     The attention is softmax(q k^T * scale) over all tokens (CLS included), never renormalized; nothing is printed
     unless the explicit computation reproduces the model's own attention output.
     """
-    context.run(attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k), images)
+    context.run(attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k, scale), images)

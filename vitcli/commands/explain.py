@@ -135,6 +135,7 @@ class ExplainJob(Job):
         """With --faithfulness over several images: each method's mean and spread of both AUCs."""
         from vitcli.experiments.faithfulness import faithfulness_spread
         from vitcli.presentation import explain as view
+        from vitcli.presentation.faithfulness import spread_figure
 
         curves = [result.faithfulness for result in results if result.faithfulness is not None]
         if not curves:
@@ -144,6 +145,7 @@ class ExplainJob(Job):
             view.spread_table(spreads),
             view.spread_rows(spreads),
             {"images": len(curves), "methods": view.spread_rows(spreads)},
+            figure=lambda: spread_figure(spreads, results[0].weights_label),
         )
 
 
