@@ -27,7 +27,7 @@ shown = {  # docs/images name: (result name prefix, width in pixels)
     "patches": ("patches-p63", 540),
     "attend": ("attention-b4-hall-q74", 900),
     "occlude-patches": ("occlusion-patches", 800),
-    "compare-patch-size": ("compare-patch-size", 900),
+    "compare-patch-size": ("patch-sizes", 900),
     "lens": ("lens", 900),
     "explain": ("explain-", 900),
 }
