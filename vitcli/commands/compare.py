@@ -89,6 +89,6 @@ def compare_command(
         raise UsageError(f"compare needs at least two images, got {len(paths)}: {', '.join(map(str, paths))}")
     model = context.model()
     prepared = [model.prepare(path) for path in paths]
-    result = compare_images(model, prepared, job.classes, top_k)
+    result = compare_images(model, prepared, job.classes, job.top_k)
     subject = {"images": [image.source.to_json() for image in prepared]}
     context.publish([(job, result, set_subject(paths), subject)], context.provenance(model))

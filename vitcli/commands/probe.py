@@ -152,5 +152,5 @@ def _write_checkpoint(
 
     metadata = {"format": "pt", RECORD_KEY: json.dumps(record, sort_keys=True)}
     files = {"safetensors": save(state, metadata=metadata), "labels.txt": "\n".join(classes) + "\n"}
-    record = {"command": job.command, "settings": job.settings(), "contents": "adapted checkpoint and class names"}
-    return publisher.store.write(publisher.folder(subject), ResultFiles(name, files, record))
+    index_entry = {"command": job.command, "settings": job.settings(), "contents": "adapted checkpoint and class names"}
+    return publisher.store.write(publisher.folder(subject), ResultFiles(name, files, index_entry))
