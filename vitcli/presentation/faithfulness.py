@@ -27,9 +27,9 @@ def spread_figure(spreads: Sequence[MethodSpread], weights: str) -> Any:
         panel.set_yticks(positions, [spread.method for spread in spreads], fontsize=9)
         panel.invert_yaxis()
         reach = max(mean + sd for mean, sd in zip(means, sds, strict=True))
-        panel.set_xlim(0, min(1.0, 1.3 * reach) if reach > 0 else 1.0)  # AUCs of probabilities lie in 0..1
-        for position, mean in zip(positions, means, strict=True):
-            panel.text(mean, position, f" {mean:.4g}", va="bottom", fontsize=8)
+        panel.set_xlim(0, min(1.0, 1.45 * reach) if reach > 0 else 1.0)  # AUCs of probabilities lie in 0..1
+        for position, mean, sd in zip(positions, means, sds, strict=True):
+            panel.text(mean + sd, position, f"  {mean:.4g}", va="center", fontsize=8)  # beyond the sd line
         panel.set_xlabel(f"{what}; bars: mean, lines: sd over images", fontsize=8)
     figures.title(fig, f"faithfulness over {images} images", weights)
     return fig
