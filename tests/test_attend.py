@@ -358,6 +358,7 @@ def test_cli_single_map_writes_checked_files(cli, vit, photo, workdir):
         "view": "map",
         "query": "P74",
         "query_token": 74,
+        "scale": "own",
         "blocks": [4],
         "heads": [1],
         "top_k": 10,
@@ -393,7 +394,7 @@ def test_cli_summary_all_queries_csv(cli, photo, workdir):
     result = cli("attend", photo, "--view", "summary", "--query", "all", "-f", "csv", *RANDOM_CPU)
     assert result.exit_code == 0, result.stderr
     files = result_files(workdir / "outputs", "attention-summary-qall")
-    assert "png" not in files
+    assert "png" in files  # the table's measures as block x head heat maps
     rows = read_csv(files["csv"])
     assert len(rows) == 36 and {row["query"] for row in rows} == {"all"}
     assert list(rows[0]) == [

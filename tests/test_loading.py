@@ -271,6 +271,7 @@ def test_describe_gives_the_loaded_models_facts(spec):
         num_classes=model.num_classes,
         labels=tuple(model.labels),
         global_pool=model.net.global_pool,
+        mlp_hidden=model.net.blocks[0].mlp.fc1.out_features,
     )
 
 

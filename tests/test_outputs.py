@@ -137,7 +137,7 @@ def test_rerunning_a_command_replaces_exactly_its_own_files(cli, photo, newfound
     assert set(after) == set(before)
     replaced = {path for path in after if after[path] != before[path]}
     (folder,) = {path.parent for path in replaced}
-    assert {path.name for path in replaced} == {"predict-k3.json", "predict-k3.csv"}
+    assert {path.name for path in replaced} == {"predict-k3.json", "predict-k3.csv", "predict-k3.png"}
     assert json.loads((folder / "predict-k3.json").read_text())["subject"]["path"] == str(photo)
     assert set(indexed_results(folder)) == {"predict-k3", "predict-k5", "patches-p63-v8"}
     assert all(OutputStore(root).is_complete(folder, name) for name in indexed_results(folder))

@@ -123,7 +123,7 @@ def test_the_page_is_self_contained_and_embeds_every_listed_figure_byte_for_byte
     manifest = json.loads((run_folder / "manifest.json").read_text())
     pngs = [run_folder / file for entry in manifest["results"] for file in entry["files"] if file.endswith(".png")]
     embedded = [url for tag, name, url in page.urls if tag == "img"]
-    assert len(embedded) == len(pngs) == 2
+    assert len(embedded) == len(pngs) == 4  # predict and patches draw a figure for each of two images
     assert all(url.startswith("data:image/png;base64,") for url in embedded)
     decoded = sorted(base64.b64decode(url.split(",", 1)[1]) for url in embedded)
     assert decoded == sorted(path.read_bytes() for path in pngs)
@@ -140,7 +140,7 @@ def test_every_image_has_a_section_with_every_result_its_numbers_and_the_configu
         section = sections[Path(image).name]
         expected = {entry["experiment"] for entry in manifest["results"] if entry["image"] == image}
         assert set(section["h3"]) == expected == {"predict-k3", "patches-p63-v4"}
-        assert len(section["imgs"]) == 1  # the patches figure: the crop, with the prediction beside it
+        assert len(section["imgs"]) == 2  # the patches figure (the crop) and predict's top-k bars
         cells = set(section["cells"])
         # The top-k labels, read from the CSV independently of the page code.
         (predict,) = [

@@ -5,6 +5,7 @@ Nothing here imports torch or timm at import time; the model loads on first use,
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -38,7 +39,8 @@ class Shard:
     @classmethod
     def parse(cls, text: str) -> Shard:
         parts = text.split("/")
-        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+        # ASCII digits only: str.isdigit also accepts superscripts such as "²", which int() then refuses.
+        if len(parts) != 2 or not all(re.fullmatch(r"[0-9]+", part.strip()) for part in parts):
             raise UsageError(f"--shard {text!r}: write it as K/N, e.g. 1/4 for the first of four shares")
         index, count = int(parts[0]), int(parts[1])
         if not 1 <= index <= count:
@@ -96,7 +98,7 @@ class CommandContext:
         return shlex.join(["vitcli", *sys.argv[1:]])
 
     def provenance(self, model: VitModel) -> dict[str, Any]:
-        return {**model.provenance(), "weights_label": self.spec.label, "command": self.command_line}
+        return {**model.provenance(), "weights_label": model.spec.label, "command": self.command_line}
 
     @cached_property
     def model_folder(self) -> str:

@@ -7,8 +7,10 @@ their arguments first.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import json
 import pickle
 import re
 import socket
@@ -37,6 +39,8 @@ WEIGHTS_HELP = (
     "pass --checkpoint PATH (a .safetensors, .pth or .pt state dict), "
     "or use --weights random --seed N for an untrained model"
 )
+# The safetensors metadata key under which vitcli records how it made a checkpoint (JSON).
+RECORD_KEY = "vitcli"
 # One TCP connection to the hub (or its proxy) tells within this time whether a download can work at all.
 HUB_CONNECT_SECONDS = 5
 
@@ -60,6 +64,13 @@ class Architecture:
     num_classes: int  # 0: no classifier head (the model outputs pooled features)
     labels: tuple[str, ...]  # one name per class
     global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
+    mlp_hidden: int = 0  # the width of a block's MLP hidden layer (fc1's outputs)
+
+    @property
+    def longest_vector(self) -> int:
+        """The most values any one vector of the forward has: a patch's pixels, a row, the MLP's hidden layer, or
+        the logits. Options that show leading values are bounded by it."""
+        return max(3 * self.grid.patch_size**2, self.embed_dim, self.mlp_hidden, self.num_classes)
 
 
 def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None = None) -> VitModel:
@@ -79,6 +90,7 @@ def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None =
             net = timm.create_model(spec.model_name, pretrained=False)
         elif spec.checkpoint is not None:
             state = read_checkpoint(spec.checkpoint)
+            spec = dataclasses.replace(spec, recorded=read_record(spec.checkpoint))
             num_classes = head_classes(state)
             labels = class_names(spec, num_classes, skeleton.pretrained_cfg)
             net = timm.create_model(spec.model_name, pretrained=False, num_classes=num_classes)
@@ -108,7 +120,13 @@ def describe(spec: WeightsSpec) -> Architecture:
         num_classes=num_classes,
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=skeleton.global_pool,
+        mlp_hidden=_mlp_hidden(skeleton),
     )
+
+
+def _mlp_hidden(skeleton: VisionTransformer) -> int:
+    fc1 = getattr(getattr(skeleton.blocks[0], "mlp", None), "fc1", None)
+    return int(getattr(fc1, "out_features", 4 * skeleton.embed_dim))
 
 
 def default_batch_size(device: torch.device) -> int:
@@ -240,6 +258,22 @@ def read_checkpoint(path: Path) -> dict[str, Tensor]:
                 f"{tensor.numel()} (the first such tensor by name); such weights give meaningless outputs"
             )
     return state
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """What a checkpoint vitcli wrote records about its making (the `vitcli` key of a safetensors file's metadata,
+    JSON); None for torch files, other safetensors files, and a record that is not a JSON object."""
+    if _checkpoint_kind(path) != "safetensors":
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as file:
+        text = (file.metadata() or {}).get(RECORD_KEY)
+    try:
+        record = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def load_checkpoint(net: torch.nn.Module, path: Path, name: str) -> None:

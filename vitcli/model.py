@@ -154,9 +154,26 @@ class VitModel:
         if self.spec.random:
             return {"source": "random", "seed": self.spec.seed, "note": "untrained weights: outputs are meaningless"}
         if self.spec.checkpoint is not None:
-            return {"source": "checkpoint", "path": str(self.spec.checkpoint.resolve())}
+            checkpoint: dict[str, Any] = {"source": "checkpoint", "path": str(self.spec.checkpoint.resolve())}
+            if self.spec.recorded is not None:
+                checkpoint["recorded"] = dict(self.spec.recorded)  # the backbone and settings it was made with
+            if self.spec.untrained_backbone_seed is not None:
+                checkpoint["note"] = "untrained (random) backbone: outputs are meaningless"
+            return checkpoint
         cfg = self.net.pretrained_cfg
         return {"source": "pretrained", "hf_hub_id": cfg.get("hf_hub_id"), "tag": cfg.get("tag")}
+
+    def backbone_record(self) -> dict[str, Any]:
+        """These weights as a checkpoint made from them records its backbone: model, weights source, the seed of
+        random weights (also through a checkpoint that records one), parameter hash and label."""
+        seed = self.spec.seed if self.spec.random else self.spec.untrained_backbone_seed
+        return {
+            "model": self.name,
+            "weights": self.weights_provenance(),
+            "weights_label": self.spec.label,
+            "untrained_seed": seed,
+            "parameters_sha256": self.parameter_sha256,
+        }
 
     # ----- images
 

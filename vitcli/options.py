@@ -41,6 +41,8 @@ ImagesArgument = Annotated[
 MODEL_PANEL = "Model options"
 OUTPUT_PANEL = "Output options"
 RUN_PANEL = "Run options"
+# A forward of 4,096 images of 224x224 already needs tens of GB; a larger --batch-size is a typo, not a setting.
+MAX_BATCH_SIZE = 4096
 
 
 def _option(*names: str, panel: str, **settings: Any) -> Any:
@@ -100,6 +102,7 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
             _option(
                 "--batch-size",
                 min=1,
+                max=MAX_BATCH_SIZE,
                 help="Images per forward pass (default: 8 on a CPU, 64 on a GPU).",
                 show_default=False,
                 panel=MODEL_PANEL,

@@ -184,8 +184,29 @@ class errors_for_people:  # noqa: N801  (used as a `with` statement, reads like 
             _fail(str(error), error.exit_code)
         if isinstance(error, MemoryError):
             _fail("out of memory: try a smaller --batch-size or fewer images per run", 1)
+        if "torchvision::" in str(error):
+            _fail(mismatched_torch_message(error), 1)
         _fail(f"internal error ({type(error).__name__}): {error}; please report it (run again with --debug)", 1)
         return False
+
+
+def mismatched_torch_message(error: BaseException) -> str:
+    """torchvision built for another torch fails on import (timm imports it) with "operator torchvision::nms does not
+    exist": name both installed versions and the fix."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    installed = {}
+    for package in ("torch", "torchvision"):
+        try:
+            installed[package] = version(package)
+        except PackageNotFoundError:
+            installed[package] = "(not installed)"
+    first_line = str(error).strip().splitlines()[0]
+    return (
+        f"torch {installed['torch']} and torchvision {installed['torchvision']} do not match ({first_line}): "
+        "install a matching pair in one pip call from one index, e.g. `pip install torch==2.14.1 "
+        "torchvision==0.29.1` (see the README's install section)"
+    )
 
 
 def build_context(

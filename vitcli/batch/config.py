@@ -91,7 +91,10 @@ class RunConfig:
 def load_config(path: Path) -> RunConfig:
     if not path.is_file():
         raise UsageError(f"config {path} does not exist")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"config {path} is not UTF-8 text (TOML files are UTF-8); save it as UTF-8") from error
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -143,7 +146,7 @@ def _experiment(index: int, table: Any, target: str | None) -> Experiment:
     if not isinstance(table, dict):
         raise UsageError(f"{where}: must be a table with a `command` key")
     command = table.get("command")
-    if command not in JOB_BUILDERS:
+    if not isinstance(command, str) or command not in JOB_BUILDERS:
         known = ", ".join(sorted(JOB_BUILDERS))
         raise UsageError(f"{where}.command: {command!r} is not an experiment vitcli can run (known: {known})")
     builder = JOB_BUILDERS[command]

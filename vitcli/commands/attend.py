@@ -11,6 +11,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import fitted_count
 
 
 class View(StrEnum):
@@ -24,6 +25,11 @@ class HeadFusion(StrEnum):
     mean = "mean"
     max = "max"
     min = "min"
+
+
+class Scale(StrEnum):
+    own = "own"
+    zero = "zero"
 
 
 DEFAULT_TOP_K = 10
@@ -45,13 +51,15 @@ class AttendJob(Job):
         query: str,
         head_fusion: str,
         discard_ratio: float,
-        top_k: int,
+        top_k: int | None,
+        scale: str = Scale.own.value,
     ):
         self.view = view
         self.block, self.head, self.all_heads = block, head, all_heads
         self.query_text = query
         self.head_fusion, self.discard_ratio = head_fusion, discard_ratio
         self.top_k = top_k
+        self.scale = scale  # the figures' colour range: the maps' own, or from zero
         self.query: Any = None  # experiments.attention.Query; None with --query all
         self.blocks: list[int] = []  # one-based, for map and all-blocks
         self.heads: list[int] = []
@@ -61,7 +69,7 @@ class AttendJob(Job):
         from vitcli.experiments.rollout import check_rollout_options
 
         grid = architecture.grid
-        attention.check_top_k(grid, self.top_k)
+        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
         if not (self.view is View.summary and self.query_text.strip().lower() == "all"):
             self.query = attention.parse_query(grid, self.query_text)
         if self.view is View.rollout:
@@ -73,20 +81,22 @@ class AttendJob(Job):
     def name(self) -> str:
         query = setting("q", "all" if self.query is None else _query_part(self.query))
         top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)
+        scale = setting("sc", self.scale if self.scale != Scale.own.value else None)
         if self.view is View.summary:
-            return result_name("attention-summary", query)
+            return result_name("attention-summary", query, scale)
         if self.view is View.rollout:
             fusion, discard = setting("f", self.head_fusion), setting("d", float(self.discard_ratio))
-            return result_name("rollout", fusion, discard, query, top_k)
+            return result_name("rollout", fusion, discard, query, top_k, scale)
         blocks = setting("b", "all" if self.view is View.all_blocks else self.block)
         heads = setting("h", "all" if self.all_heads else self.head)
-        return result_name("attention", blocks, heads, query, top_k)
+        return result_name("attention", blocks, heads, query, top_k, scale)
 
     def settings(self) -> dict[str, Any]:
         chosen: dict[str, Any] = {
             "view": self.view.value,
             "query": "all" if self.query is None else self.query.name,
             "query_token": None if self.query is None else self.query.token,
+            "scale": self.scale,
         }
         if self.view in (View.map, View.all_blocks):
             chosen |= {"blocks": self.blocks, "heads": self.heads, "top_k": self.top_k}
@@ -116,7 +126,13 @@ class AttendJob(Job):
         from vitcli.presentation import attention, attention_summary, rollout
 
         view = {View.summary: attention_summary, View.rollout: rollout}.get(self.view, attention)
-        return Presentation.of(view, result)  # a summary is a table of numbers: its module draws no figure
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result, self.scale),
+            summary=view.summary(result),
+        )
 
 
 def _query_part(query: Any) -> str:
@@ -133,7 +149,8 @@ def attend_jobs(
     query: str = "cls",
     head_fusion: HeadFusion | str | None = None,
     discard_ratio: float | None = None,
-    top_k: int = DEFAULT_TOP_K,
+    top_k: int | None = None,
+    scale: Scale | str = Scale.own,
 ) -> list[Job]:
     """Refuse options the view does not use (no model needed), then one job for the view."""
     views = [choice.value for choice in View]
@@ -152,8 +169,11 @@ def attend_jobs(
         raise UsageError("--head-fusion and --discard-ratio only apply to --view rollout")
     if query.strip().lower() == "all" and view is not View.summary:
         raise UsageError("--query all only works with --view summary; otherwise give one query (a patch, r5c3 or cls)")
+    scales = [choice.value for choice in Scale]
+    if str(scale) not in scales:
+        raise UsageError(f"--scale must be one of {', '.join(scales)}, not {scale}")
     fusion = str(head_fusion or HeadFusion.mean)
-    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k)]
+    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k, str(scale))]
 
 
 @vitcli_command(
@@ -197,11 +217,27 @@ def attend_command(
             rich_help_panel=_ROLLOUT,
         ),
     ] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many top sources the table lists.")] = DEFAULT_TOP_K,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"How many top sources the table lists (default {DEFAULT_TOP_K}, or the model's tokens if fewer).",
+            show_default=False,
+        ),
+    ] = None,
+    scale: Annotated[
+        Scale,
+        typer.Option(
+            "--scale",
+            help="Colour range of the figures: own (each figure's smallest to largest patch value, so near-uniform "
+            "rows show their structure) or zero (from 0). The colour bar says which.",
+        ),
+    ] = Scale.own,
 ) -> None:
     """Exact attention of one query for any block and head: table, maps, summaries and rollout.
 
     The attention is softmax(q k^T * scale) over all tokens (CLS included), never renormalized; nothing is printed
     unless the explicit computation reproduces the model's own attention output.
     """
-    context.run(attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k), images)
+    context.run(attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k, scale), images)

@@ -10,6 +10,9 @@ from vitcli.jobs import Job, Presentation
 from vitcli.naming import result_name, set_subject, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import fitted_count
+
+DEFAULT_TOP_K = 5
 
 
 class CompareJob(Job):
@@ -17,7 +20,7 @@ class CompareJob(Job):
 
     command = "compare"
 
-    def __init__(self, classes: list[str] | None = None, top_k: int = 5, pairs: str | None = None):
+    def __init__(self, classes: list[str] | None = None, top_k: int | None = None, pairs: str | None = None):
         self.class_texts = list(classes or [])
         self.top_k = top_k
         self.pairs_text = pairs
@@ -33,10 +36,7 @@ class CompareJob(Job):
     def check(self, architecture: Any) -> None:
         from vitcli.classes import resolve_class
 
-        if not 1 <= self.top_k <= architecture.num_classes:
-            raise UsageError(
-                f"--top-k must be between 1 and {architecture.num_classes} (the model's classes), not {self.top_k}"
-            )
+        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, architecture.num_classes, "the model's classes")
         self.classes = list(
             dict.fromkeys(resolve_class(architecture.labels, text, "--class") for text in self.class_texts)
         )
@@ -85,7 +85,15 @@ def compare_command(
             show_default=False,
         ),
     ] = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Classes listed per image and readout.")] = 5,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"Classes listed per image and readout (default {DEFAULT_TOP_K}, or the model's classes if fewer).",
+            show_default=False,
+        ),
+    ] = None,
     pairs: Annotated[
         str | None,
         typer.Option(
@@ -109,6 +117,6 @@ def compare_command(
     job.choose_pairs(len(paths))
     model = context.model()
     prepared = [model.prepare(path) for path in paths]
-    result = compare_images(model, prepared, job.classes, top_k, job.pairs)
+    result = compare_images(model, prepared, job.classes, job.top_k, job.pairs)
     subject = {"images": [image.source.to_json() for image in prepared]}
     context.publish([(job, result, set_subject(paths), subject)], context.provenance(model))

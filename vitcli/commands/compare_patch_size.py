@@ -10,6 +10,11 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import MODEL_SUBJECT, result_name, setting
 from vitcli.shell import vitcli_command
 
+# Upper bounds of the counts: a 4096-pixel side is 65,536 tokens at patch 16; 1,000 timed forwards give a steady
+# median. Beyond them a typo would run for hours or exhaust memory before saying anything.
+MAX_IMAGE_SIZE = 4096
+MAX_RUNS = 1000
+
 
 class PatchSizeJob(Job):
     """The architecture at several patch sizes: counted (no weights), optionally timed; the variants are planned
@@ -133,7 +138,13 @@ def compare_patch_size_command(
     ] = "8,16,32",
     image_size: Annotated[
         int | None,
-        typer.Option("--image-size", help="Image side in pixels (default: the checkpoint's, 224).", show_default=False),
+        typer.Option(
+            "--image-size",
+            min=1,
+            max=MAX_IMAGE_SIZE,
+            help="Image side in pixels (default: the checkpoint's, 224).",
+            show_default=False,
+        ),
     ] = None,
     pad: Annotated[
         bool,
@@ -147,9 +158,14 @@ def compare_patch_size_command(
         typer.Option("--measure", help="Also time each variant (random init) on --device and measure its peak memory."),
     ] = False,
     runs: Annotated[
-        int, typer.Option("--runs", min=1, help="Timed forwards per variant with --measure (the median is shown).")
+        int,
+        typer.Option(
+            "--runs", min=1, max=MAX_RUNS, help="Timed forwards per variant with --measure (the median is shown)."
+        ),
     ] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed forwards before timing with --measure.")] = 2,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, max=MAX_RUNS, help="Untimed forwards before timing with --measure.")
+    ] = 2,
     adapt: Annotated[
         str | None,
         typer.Option(

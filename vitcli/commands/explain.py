@@ -42,6 +42,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 
 # Cheap together (one hooked forward and backward); occlusion runs one forward per patch, so it is asked for.
 DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
@@ -209,6 +210,7 @@ class ExplainJob(Job):
         from vitcli.experiments.faithfulness import faithfulness_spread
         from vitcli.presentation import explain as view
         from vitcli.presentation import explain_audit
+        from vitcli.presentation.faithfulness import spread_figure
 
         curves = [result.faithfulness for result in results if result.faithfulness is not None]
         ranking = explain_audit.score_ranking([view.document(result) for result in results])
@@ -223,7 +225,8 @@ class ExplainJob(Job):
             document |= {"images": len(curves), "methods": view.spread_rows(spreads)}
         if ranking:
             document["audit_scores"] = ranking
-        return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document)
+        figure = (lambda: spread_figure(spreads, results[0].weights_label)) if curves else None
+        return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document, figure=figure)
 
 
 @builds_jobs("explain")
@@ -258,8 +261,8 @@ def explain_jobs(
         raise UsageError(f"unknown fill {fill!r}: choose one of {', '.join(member.value for member in Fill)}")
     if not faithfulness and steps is not None:
         raise UsageError("--steps sets the faithfulness curves: add --faithfulness")
-    if random_orders < 0:
-        raise UsageError(f"--random-orders must be 0 or more, not {random_orders}")
+    check_count("--random-orders", random_orders, 0, MAX_RANDOM_ORDERS, "each costs 2 x --steps forwards per image")
+    check_seed("--order-seed", order_seed)
     gradients = GradientOptions(ig_steps, str(baseline), samples, noise, noise_seed)
     check_gradient_options(gradients)
     audits = AuditOptions(

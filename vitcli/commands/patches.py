@@ -9,6 +9,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import check_count
 
 
 class PatchesJob(Job):
@@ -22,6 +23,8 @@ class PatchesJob(Job):
 
     def check(self, architecture: Any) -> None:
         self.patches = [architecture.grid.parse_patch(text) for text in self.patch_texts]
+        longest = max(3 * architecture.grid.patch_size**2, architecture.embed_dim)
+        check_count("--values", self.values, 1, longest, "a patch's pixels or its embedding, the longer")
 
     def name(self) -> str:
         return result_name("patches", setting("p", self.patches or None), setting("v", self.values))

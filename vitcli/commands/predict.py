@@ -5,18 +5,20 @@ from typing import Annotated, Any
 import typer
 
 from vitcli.context import CommandContext
-from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import fitted_count
+
+DEFAULT_TOP_K = 5
 
 
 class PredictJob(Job):
     command = "predict"
 
-    def __init__(self, top_k: int = 5):
-        self.top_k = top_k
+    def __init__(self, top_k: int | None = None):
+        self.top_k = top_k  # None: DEFAULT_TOP_K, or the model's classes when fewer (resolved by check())
 
     def name(self) -> str:
         return result_name("predict", setting("k", self.top_k))
@@ -25,10 +27,7 @@ class PredictJob(Job):
         return {"top_k": self.top_k}
 
     def check(self, architecture: Any) -> None:
-        if not 1 <= self.top_k <= architecture.num_classes:
-            raise UsageError(
-                f"--top-k must be between 1 and {architecture.num_classes} (the model's classes), not {self.top_k}"
-            )
+        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, architecture.num_classes, "the model's classes")
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.predict import predict
@@ -43,7 +42,7 @@ class PredictJob(Job):
 
 
 @builds_jobs("predict")
-def predict_jobs(top_k: int = 5) -> list[Job]:
+def predict_jobs(top_k: int | None = None) -> list[Job]:
     return [PredictJob(top_k)]
 
 
@@ -58,7 +57,15 @@ def predict_jobs(top_k: int = 5) -> list[Job]:
 def predict_command(
     context: CommandContext,
     images: ImagesArgument = None,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="How many classes to list per image.")] = 5,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"How many classes to list per image (default {DEFAULT_TOP_K}, or the model's classes if fewer).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Top-k classes with probabilities, for one image or many (batched)."""
     context.run(predict_jobs(top_k), images)

@@ -10,6 +10,7 @@ from vitcli.errors import UsageError
 from vitcli.jobs import Job, Presentation
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.shell import vitcli_command
+from vitcli.spec import check_seed
 
 # Features live beside the results of the same weights (the model folder names them), under this subject, in a file
 # named by the parameters' SHA-256 too: other weights never read them.
@@ -27,6 +28,7 @@ class ProbeJob(Job):
             raise UsageError(f"--val-fraction must be at least 0 and below 1, not {val_fraction}")
         if weight_decay < 0:
             raise UsageError(f"--weight-decay must be at least 0, not {weight_decay}")
+        check_seed("--split-seed", split_seed)
         self.val_fraction = val_fraction
         self.split_seed = split_seed
         self.weight_decay = weight_decay
@@ -97,7 +99,12 @@ def probe_command(
         _write_cache(publisher.store, cache_folder, cache_name, {**cached, **new}, model.name)
     subject = f"data-{image_subject(data_dir)}"
     state, classes = adapted_checkpoint(model, result)
-    written = _write_checkpoint(publisher, subject, f"{job.name()}-checkpoint", state, classes, job)
+    record = {
+        "kind": "linear probe",
+        "backbone": model.backbone_record(),
+        "probe": {**job.settings(), "data": str(data_dir), "classes": classes, "images": len(folder.paths)},
+    }
+    written = _write_checkpoint(publisher, subject, f"{job.name()}-checkpoint", state, classes, job, record)
     context.messages.info(
         f"wrote {written[0]} and its class names {written[1]}; use it with "
         f"`vitcli predict IMAGE --model {model.name} --checkpoint {written[0]}`"
@@ -126,13 +133,24 @@ def _write_cache(store: Any, folder: Path, name: str, features: dict[str, Any], 
 
 
 def _write_checkpoint(
-    publisher: Any, subject: str, name: str, state: dict[str, Any], classes: list[str], job: ProbeJob
+    publisher: Any,
+    subject: str,
+    name: str,
+    state: dict[str, Any],
+    classes: list[str],
+    job: ProbeJob,
+    record: dict[str, Any],
 ) -> list[Path]:
-    """NAME.safetensors and NAME.labels.txt, the names the loader looks for beside a checkpoint."""
+    """NAME.safetensors (with `record` as JSON in its metadata, which the loader reads back) and NAME.labels.txt,
+    the names the loader looks for beside a checkpoint."""
+    import json
+
     from safetensors.torch import save
 
+    from vitcli.loading import RECORD_KEY
     from vitcli.store import ResultFiles
 
-    files = {"safetensors": save(state), "labels.txt": "\n".join(classes) + "\n"}
-    record = {"command": job.command, "settings": job.settings(), "contents": "adapted checkpoint and class names"}
-    return publisher.store.write(publisher.folder(subject), ResultFiles(name, files, record))
+    metadata = {"format": "pt", RECORD_KEY: json.dumps(record, sort_keys=True)}
+    files = {"safetensors": save(state, metadata=metadata), "labels.txt": "\n".join(classes) + "\n"}
+    index_entry = {"command": job.command, "settings": job.settings(), "contents": "adapted checkpoint and class names"}
+    return publisher.store.write(publisher.folder(subject), ResultFiles(name, files, index_entry))

@@ -10,6 +10,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import check_count
 
 
 class TraceJob(Job):
@@ -34,6 +35,7 @@ class TraceJob(Job):
         self.followed = parse_tokens(architecture.grid, self.token_texts)
         self.opened = parse_blocks(architecture.depth, self.block_texts)
         self.depth = architecture.depth
+        check_count("--values", self.values, 1, architecture.longest_vector, "the longest vector of the forward")
 
     def name(self) -> str:
         if self.opened == list(range(1, self.depth + 1)):

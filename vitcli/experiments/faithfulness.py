@@ -21,6 +21,7 @@ from torch import Tensor
 from vitcli.errors import UsageError
 from vitcli.grid import PatchGrid
 from vitcli.model import VitModel
+from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 
 DEFINITION = (
     "deletion: patches covered with the fill in order of decreasing map value (ties by patch number), "
@@ -77,15 +78,19 @@ class Faithfulness:
     definition: str = DEFINITION
 
     def ranking(self) -> list[tuple[str, int, int]]:
-        """(method, deletion rank, insertion rank) for the maps and the random baseline; rank 1 is most faithful."""
+        """(method, deletion rank, insertion rank) for the maps and the random baseline; rank 1 is most faithful.
+
+        Equal AUCs share a rank, the best of their places (competition ranking: 1, 1, 3), so list order never
+        decides between methods the curves cannot tell apart."""
         entries = [(curves.method, curves.deletion.auc, curves.insertion.auc) for curves in self.methods]
         if self.random is not None:
             entries.append((RANDOM, self.random.deletion.auc, self.random.insertion.auc))
-        by_deletion = sorted(entries, key=lambda entry: entry[1])
-        by_insertion = sorted(entries, key=lambda entry: -entry[2])
-        deletion_rank = {method: rank for rank, (method, _, _) in enumerate(by_deletion, start=1)}
-        insertion_rank = {method: rank for rank, (method, _, _) in enumerate(by_insertion, start=1)}
-        return [(method, deletion_rank[method], insertion_rank[method]) for method, _, _ in entries]
+        deletion = [auc for _, auc, _ in entries]
+        insertion = [auc for _, _, auc in entries]
+        return [
+            (method, 1 + sum(other < low for other in deletion), 1 + sum(other > high for other in insertion))
+            for method, low, high in entries
+        ]
 
 
 def trapezoid_auc(fractions: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> float:
@@ -98,8 +103,8 @@ def trapezoid_auc(fractions: Sequence[float] | np.ndarray, values: Sequence[floa
 def check_options(grid: PatchGrid, options: FaithfulnessOptions) -> None:
     if not 1 <= options.steps <= grid.num_patches:
         raise UsageError(f"--steps must be between 1 and {grid.num_patches} (the patches), not {options.steps}")
-    if options.random_orders < 0:
-        raise UsageError(f"--random-orders must be 0 or more, not {options.random_orders}")
+    check_count("--random-orders", options.random_orders, 0, MAX_RANDOM_ORDERS, "each order costs 2 x --steps forwards")
+    check_seed("--order-seed", options.seed)
 
 
 def step_counts(patches: int, steps: int) -> list[int]:

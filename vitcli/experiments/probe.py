@@ -7,6 +7,8 @@ forward gives the probe's logits. Features are cached by image SHA-256 in a dict
 
 from __future__ import annotations
 
+import os
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from vitcli.errors import UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.images import IMAGE_SUFFIXES
 from vitcli.model import VitModel
+from vitcli.spec import check_seed
 
 DEFAULT_WEIGHT_DECAY = 1e-4
 MAX_ITERATIONS = 500
@@ -85,7 +88,9 @@ def read_image_folder(root: Path) -> ImageFolder:
     classes, paths, labels = [], [], []
     empty = []
     for folder in sorted(path for path in root.iterdir() if path.is_dir() and not path.name.startswith(".")):
-        found = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        found = _images_inside(folder)
+        if found:
+            check_class_name(folder.name, root)
         if not found:
             empty.append(folder.name)
             continue
@@ -99,6 +104,38 @@ def read_image_folder(root: Path) -> ImageFolder:
             + (f"; without images: {', '.join(empty)}" if empty else "")
         )
     return ImageFolder(root, classes, paths, labels)
+
+
+def _images_inside(folder: Path) -> list[Path]:
+    """Every image under a class folder at any depth, sorted; links to files and to folders are followed (a folder
+    reached twice, through a link cycle or two links, is read once)."""
+    found, seen = [], set()
+    for top, folders, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            folders.clear()
+            continue
+        seen.add(real)
+        found += [Path(top, name) for name in files if Path(name).suffix.lower() in IMAGE_SUFFIXES]
+    return sorted(path for path in found if path.is_file())
+
+
+def check_class_name(name: str, root: Path) -> None:
+    """A folder name must survive the labels file (one name per line, surrounding spaces dropped) unchanged, so a
+    probe never writes a checkpoint whose class names vitcli would read back differently or refuse."""
+    shown = ascii(name)
+    if not name.strip():
+        raise UsageError(f"class folder {shown} in {root} has a name of only spaces: rename it (names become labels)")
+    if name != name.strip():
+        raise UsageError(
+            f"class folder {shown} in {root} starts or ends with spaces, which the labels file drops: rename it"
+        )
+    breaks = [char for char in name if unicodedata.category(char) in ("Cc", "Zl", "Zp")]
+    if breaks:
+        raise UsageError(
+            f"class folder {shown} in {root} holds a line break or control character (U+{ord(breaks[0]):04X}); "
+            "class names are lines of the labels file: rename it"
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -148,6 +185,7 @@ def split(labels: list[int], val_fraction: float, seed: int) -> tuple[list[int],
     validation (at least one where the class has two or more images and the fraction is positive)."""
     if not 0.0 <= val_fraction < 1.0:
         raise UsageError(f"--val-fraction must be at least 0 and below 1, not {val_fraction}")
+    check_seed("--split-seed", seed)
     generator = torch.Generator().manual_seed(seed)
     train, val = [], []
     for label in sorted(set(labels)):

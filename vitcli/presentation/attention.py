@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 from torch import Tensor
 
@@ -100,8 +101,9 @@ def summary(result: QueryAttention) -> dict[str, Any]:
     }
 
 
-def figure(result: QueryAttention) -> Any:
-    """The crop with each map as a heat overlay; one common scale (0 to the largest patch attention shown)."""
+def figure(result: QueryAttention, scale: str = "own") -> Any:
+    """The crop with each map as a heat overlay on one common colour scale: the maps' own range of patch attention
+    (scale "own", so near-uniform rows still show their structure) or 0 to its largest value (scale "zero")."""
     from vitcli import figures
 
     blocks = sorted({row.block for row in result.maps})
@@ -115,25 +117,38 @@ def figure(result: QueryAttention) -> Any:
         columns = min(len(shown), 6)
         panel_rows = math.ceil(len(shown) / columns)
     maps = [patch_map(result.grid, row.attention) for row in shown]
-    top = max(float(values.max()) for values in maps)
+    low, high = colour_range(maps, scale)
     size = 5.0 if len(maps) == 1 else 3.2 if len(maps) <= 12 else 2.4
     fig, panels = figures.figure(columns, rows=panel_rows, size=size)
     for panel, row, values in zip(panels, shown, maps, strict=False):
-        mappable = figures.overlay(panel, result.crop, values, "inferno", 0.0, top)
+        mappable = figures.overlay(panel, result.crop, values, "inferno", low, high)
         mark_query(panel, result.grid, result.query)
         panel.set_title(f"block {row.block}, head {row.head}", fontsize=9)
         panel.set_xlabel(f"CLS attention {percent(row.attention[0])}% (not on the grid)", fontsize=8)
     for panel in panels[len(maps) :]:
         panel.set_visible(False)
     colorbar = fig.colorbar(mappable, ax=panels, shrink=0.8 if panel_rows == 1 else 0.6)
-    colorbar.set_label("attention (not renormalized)")
-    scale = (
-        "colours from 0 to this map's largest patch attention" if len(maps) == 1 else "one colour scale for all maps"
-    )
+    colorbar.set_label(f"attention (not renormalized)\n{scale_note(scale, len(maps), low, high)}", fontsize=8)
+    together = "" if len(maps) == 1 else "; one colour scale for all maps"
     figures.title(
-        fig, f"{result.source.path.name}: attention of query {query_label(result.query)}; {scale}", result.weights
+        fig, f"{result.source.path.name}: attention of query {query_label(result.query)}{together}", result.weights
     )
     return fig
+
+
+def colour_range(maps: list[Any], scale: str) -> tuple[float, float]:
+    """The colour limits of patch maps: their own smallest to largest value, or 0 to the largest (scale "zero")."""
+    high = max(float(np.nanmax(values)) for values in maps)
+    low = 0.0 if scale == "zero" else min(float(np.nanmin(values)) for values in maps)
+    return low, high
+
+
+def scale_note(scale: str, maps: int, low: float, high: float) -> str:
+    """What the colour bar's range is, for its label."""
+    whose = "this map's" if maps == 1 else "the maps'"
+    if scale == "zero":
+        return f"colours from 0 to {whose} largest patch value, {high:.4g}"
+    return f"colours span {whose} own range, {low:.4g} to {high:.4g}"
 
 
 # ----- shared by every attention presentation

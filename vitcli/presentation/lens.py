@@ -84,6 +84,8 @@ def document(result: LensResult) -> dict[str, Any]:
 
 def figure(result: LensResult) -> Any:
     """The target's probability and rank after each block, for the CLS row and the patch mean."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     from vitcli import figures
 
     fig, (probability, rank) = figures.plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
@@ -95,6 +97,9 @@ def figure(result: LensResult) -> Any:
     probability.set_ylabel(f"probability of class {result.target.index}")
     probability.set_title("target probability through depth", fontsize=10)
     rank.set_yscale("log")
+    # Plain numbers (1, 10, 100), not 10^0, 10^1: a rank is a count.
+    rank.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    rank.yaxis.set_minor_formatter(NullFormatter())
     rank.invert_yaxis()
     rank.set_ylabel("rank of the target (1 = top-1; log scale)")
     rank.set_title("target rank through depth", fontsize=10)

@@ -237,27 +237,36 @@ def figure(result: Any) -> Any:
 
 @figure.register
 def _quadrant_figure(result: QuadrantOcclusion) -> Any:
-    from vitcli.figures import figure as panels_figure
+    """The clean crop large on the left, the four covered copies in a 2x2 block beside it where their quadrants
+    lie: about 8 x 4.6 inches, so the titles stay readable when a report card shows it 600-800 pixels wide."""
+    import matplotlib.pyplot as plt
+
     from vitcli.figures import outline, show_crop, title
 
     base = result.base
-    fig, panels = panels_figure(5, size=3.2)
-    show_crop(panels[0], result.crop)
-    panels[0].set_title(f"clean\np = {base.target.probability:.4g}", fontsize=9)
+    fig = plt.figure(figsize=(8.0, 4.6), layout="constrained")
+    layout = fig.add_gridspec(2, 4)
+    clean = fig.add_subplot(layout[:, :2])
+    quadrants = [fig.add_subplot(layout[row, col]) for row in (0, 1) for col in (2, 3)]
+    for panel in [clean, *quadrants]:
+        panel.set_xticks([])
+        panel.set_yticks([])
+    show_crop(clean, result.crop)
+    clean.set_title(f"clean: p = {base.target.probability:.4g}", fontsize=11)
     largest = result.largest
-    for panel, outcome, covered in zip(panels[1:], result.outcomes, result.covered_crops, strict=True):
+    for panel, outcome, covered in zip(quadrants, result.outcomes, result.covered_crops, strict=True):
         show_crop(panel, covered)
         outline(panel, outcome.cover.box)
-        marker = " (largest drop)" if outcome is largest else ""
+        marker = "\nlargest drop" if outcome is largest else ""
         panel.set_title(
-            f"{outcome.cover.name} covered{marker}\n"
-            f"p = {outcome.target_probability:.4g}, drop {_points(outcome.drop)} pts",
+            f"{outcome.cover.name}: p = {outcome.target_probability:.3g}\ndrop {_points(outcome.drop)} pts{marker}",
             fontsize=9,
+            fontweight="bold" if outcome is largest else "normal",
         )
     title(
         fig,
-        f"{base.source.path.name}: probability of {base.target.index} {_first_name(base.target)}"
-        f" with each quadrant covered ({base.fill} fill)",
+        f"{base.source.path.name}: probability of {base.target.index} {_first_name(base.target)}\n"
+        f"with each quadrant covered ({base.fill} fill)",
         base.weights,
     )
     return fig

@@ -1,4 +1,4 @@
-"""Top-k classes as a table, CSV rows, JSON and a summary."""
+"""Top-k classes as a table, CSV rows, JSON, a figure and a summary."""
 
 from __future__ import annotations
 
@@ -39,6 +39,32 @@ def rows(result: Prediction) -> list[dict[str, Any]]:
 
 def document(result: Prediction) -> dict[str, Any]:
     return {"weights": result.weights, "top": rows(result)}
+
+
+def figure(result: Prediction) -> Any:
+    """The top-k probabilities as horizontal bars, the top-1 first, each labelled with class index and name."""
+    from vitcli import figures
+
+    scores = result.top
+    fig, axes = figures.plt.subplots(figsize=(7.0, 0.42 * len(scores) + 1.6), layout="constrained")
+    names = [f"{score.index} {_short(score.label)}" for score in scores]
+    positions = range(len(scores))
+    axes.barh(positions, [score.probability for score in scores], color="tab:blue")
+    axes.set_yticks(positions, names, fontsize=9)
+    axes.invert_yaxis()
+    top = max(score.probability for score in scores)
+    axes.set_xlim(0, min(1.0, top * 1.25) or 1.0)
+    for position, score in zip(positions, scores, strict=True):
+        axes.text(score.probability, position, f" {score.probability:.4f}", va="center", fontsize=8)
+    axes.set_xlabel("probability (softmax over all classes)")
+    figures.title(fig, f"{result.source.path.name}: top {len(scores)} classes", result.weights)
+    return fig
+
+
+def _short(label: str, width: int = 32) -> str:
+    """A label's first name (ImageNet's list several, comma-separated), cut to fit beside a bar."""
+    first = label.split(",")[0]
+    return first if len(first) <= width else first[: width - 1] + "…"
 
 
 def summary(result: Prediction) -> dict[str, Any]:

@@ -106,6 +106,8 @@ def document(result: ProbeResult) -> dict[str, Any]:
 
 def figure(result: ProbeResult) -> Any:
     """The confusion matrix over the evaluated split, counts written in each cell."""
+    from matplotlib.ticker import MaxNLocator
+
     from vitcli import figures
 
     count = len(result.classes)
@@ -123,7 +125,9 @@ def figure(result: ProbeResult) -> Any:
                 panel.text(
                     col, row, str(matrix[row, col]), ha="center", va="center", color="white" if dark else "black"
                 )
-    fig.colorbar(image, ax=panel, shrink=0.7)
+    colorbar = fig.colorbar(image, ax=panel, shrink=0.7, label="images")
+    colorbar.locator = MaxNLocator(integer=True)  # counts: whole-number ticks only
+    colorbar.update_ticks()
     accuracy = result.val_accuracy if result.val_accuracy is not None else result.train_accuracy
     figures.title(
         fig, f"linear probe, {result.evaluated_on} split: accuracy {accuracy:.3f} ({result.model_name})", result.weights

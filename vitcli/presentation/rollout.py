@@ -9,6 +9,7 @@ from rich.table import Table
 from vitcli.experiments.attention import SELF_CHECK_TOLERANCE, patch_map
 from vitcli.experiments.rollout import Rollout
 from vitcli.presentation.attention import (
+    colour_range,
     grid_json,
     mark_query,
     percent,
@@ -16,6 +17,7 @@ from vitcli.presentation.attention import (
     query_json,
     query_label,
     ranked_sources,
+    scale_note,
     self_check_json,
     titled_table,
 )
@@ -76,15 +78,19 @@ def summary(result: Rollout) -> dict[str, Any]:
     }
 
 
-def figure(result: Rollout) -> Any:
+def figure(result: Rollout, scale: str = "own") -> Any:
+    """The rollout row over the crop; the colour bar's ticks are the raw rollout values, its range the map's own
+    (or from 0 with scale "zero"), as its label says."""
     from vitcli import figures
 
     fig, panels = figures.figure(1, rows=1, size=5.0)
     values = patch_map(result.grid, result.row.float())
-    mappable = figures.overlay(panels[0], result.crop, values, "viridis", 0.0, float(values.max()))
+    low, high = colour_range([values], scale)
+    mappable = figures.overlay(panels[0], result.crop, values, "viridis", low, high)
     mark_query(panels[0], result.grid, result.query)
     panels[0].set_xlabel(f"rollout to CLS {percent(result.row[0])}% (not on the grid)", fontsize=8)
-    fig.colorbar(mappable, ax=panels, shrink=0.8).set_label("rollout (scaled to this map's maximum)")
+    label = f"rollout (raw values, not rescaled)\n{scale_note(scale, 1, low, high)}"
+    fig.colorbar(mappable, ax=panels, shrink=0.8).set_label(label, fontsize=8)
     figures.title(
         fig,
         f"{result.source.path.name}: {method(result)}\n"

@@ -1,0 +1,134 @@
+"""Counts, seeds and shards: every one range-checked before the model loads (exit 2, one line), and defaults that
+depend on the model always fit it.
+
+Each case here failed before its fix with exit 1 "internal error" or no refusal at all (a count with no upper
+bound ran for minutes); checked by running the cases on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import RANDOM_CPU
+
+SEED_RANGE = "-9223372036854775808 to 18446744073709551615"
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["predict", "--shard", "²/2"], "--shard '²/2': write it as K/N"),
+        (["predict", "--shard", "1/٢"], "write it as K/N"),  # an Arabic-Indic two: a digit to str.isdigit
+        (["explain", "--faithfulness", "--order-seed", "99999999999999999999"], f"--order-seed 99999999999999999999 "
+         f"is outside the range torch accepts: {SEED_RANGE}"),
+        (["explain", "--faithfulness", "--random-orders", "300000"],
+         "--random-orders must be between 0 and 1000 (each costs 2 x --steps forwards per image), not 300000"),
+        (["trace", "--values", "1000000"],
+         "--values must be between 1 and 1000 (the longest vector of the forward), not 1000000"),
+        (["patches", "--values", "100000"], "--values must be between 1 and 768"),
+    ],
+)  # fmt: skip
+def test_counts_and_seeds_out_of_range_exit_2_in_one_line_before_the_model_loads(
+    cli, photo, no_model_load, args, message
+):
+    command, *options = args
+    result = cli(command, photo, *RANDOM_CPU, *options)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compare-patch-size", "--measure", "--runs", "99999999999"],
+        ["compare-patch-size", "--measure", "--warmup", "99999999999"],
+        ["compare-patch-size", "--image-size", "99999999"],
+        ["predict", "--batch-size", "99999999999999999999"],
+    ],
+)
+def test_counts_bounded_by_their_option_are_parse_errors(cli, no_model_load, args):
+    """Bounds fixed by the option itself: the parser refuses (exit 2; the installed entry point prints one line)."""
+    command, *options = args
+    result = cli(command, *RANDOM_CPU, *options)
+    assert result.exit_code == 2 and f"Invalid value for '{options[-2]}'" in result.stderr, result.stderr
+
+
+def test_a_huge_split_seed_is_a_usage_error(cli, workdir, no_model_load):
+    result = cli("probe", workdir, *RANDOM_CPU, "--split-seed", "99999999999999999999")
+    assert result.exit_code == 2, result.stderr
+    assert f"--split-seed 99999999999999999999 is outside the range torch accepts: {SEED_RANGE}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "content", "message"),
+    [
+        ("a command given as a list", b"[[experiments]]\ncommand = ['predict']\n",
+         "experiments[0].command: ['predict'] is not an experiment vitcli can run"),
+        ("a file that is not UTF-8", b"name = 'caf\xe9'\n[[experiments]]\ncommand = 'predict'\n",
+         "is not UTF-8 text"),
+    ],
+)  # fmt: skip
+def test_config_usage_errors_exit_2_not_internal_errors(cli, photo, workdir, no_model_load, case, content, message):
+    path = workdir / "bad.toml"
+    path.write_bytes(content)
+    result = cli("run", path, photo, *RANDOM_CPU)
+    assert result.exit_code == 2, (case, result.stderr)
+    assert message in result.stderr and result.stderr.count("\n") == 1, (case, result.stderr)
+
+
+# ----- defaults that depend on the model
+
+
+def two_class_checkpoint(folder):
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    net = timm.create_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", pretrained=False, num_classes=2)
+    path = folder / "two.safetensors"
+    save_file({name: tensor.contiguous() for name, tensor in net.state_dict().items()}, str(path))
+    (folder / "two.labels.txt").write_text("cat\ndog\n")
+    return path
+
+
+def test_a_default_top_k_fits_a_two_class_model_and_an_explicit_one_must(cli, photo, workdir):
+    """Before the fix: exit 2 "--top-k must be between 1 and 2 ... not 5" though no --top-k was given."""
+    checkpoint = two_class_checkpoint(workdir)
+    result = cli("predict", photo, "--checkpoint", checkpoint, "--device", "cpu", "-f", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    top = json.loads(result.stdout)["results"][0]["result"]["top"]
+    assert sorted(entry["label"] for entry in top) == ["cat", "dog"]
+    refused = cli("predict", photo, "--checkpoint", checkpoint, "--device", "cpu", "--top-k", "3")
+    assert refused.exit_code == 2
+    assert "--top-k must be between 1 and 2 (the model's classes), not 3" in refused.stderr
+
+
+def test_model_dependent_defaults_are_resolved_against_the_architecture():
+    from vitcli.commands.attend import AttendJob, View
+    from vitcli.commands.compare import CompareJob
+    from vitcli.commands.predict import PredictJob
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    architecture = describe(WeightsSpec(random=True))
+    few = type(architecture)(**{**architecture.__dict__, "num_classes": 3, "labels": ("a", "b", "c")})
+    for job in (PredictJob(), CompareJob()):
+        job.check(few)
+        assert job.top_k == 3
+        job = type(job)()
+        job.check(architecture)
+        assert job.top_k == 5
+    attend = AttendJob(View.map, 1, 1, False, "cls", "mean", 0.0, None)
+    attend.check(architecture)
+    assert attend.top_k == 10 and "-k" not in attend.name()
