@@ -626,7 +626,10 @@ def test_the_explorer_counts_towards_the_single_page_bound(tmp_path, cli, monkey
     assert layouts.Run.read(run).embedded_bytes() == figures + explorer.stat().st_size
     monkeypatch.setattr(layouts, "SINGLE_FILE_EMBEDDED_BYTES", figures + explorer.stat().st_size // 2)
     refused = cli("report", run, "--single-file")
-    assert refused.exit_code == 2 and "MB of figures and explorers" in refused.stderr
+    assert refused.exit_code == 2 and refused.stderr.startswith(
+        "error: --single-file is for runs of at most 40 images and"
+    )
+    assert "MB of figures and explorers" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     assert not (run / "report.html").exists()
     assert cli("report", run).exit_code == 0
     assert "summary-data" in (run / "report.html").read_text(encoding="utf-8")  # the index of the pages layout
