@@ -31,16 +31,17 @@ def report_command(
         bool | None,
         typer.Option(
             "--single-file/--pages",
-            help="One self-contained page with every figure embedded (runs of up to 40 images and 50 MB of "
-            "figures), or an index page beside one page per image. Default: by the run's size.",
+            help="One self-contained page with every figure and explorer embedded (runs of up to 40 images and 50 MB "
+            "of figures and explorer pages), or an index page beside one page per image. Default: by the run's size.",
             show_default=False,
         ),
     ] = None,
 ) -> None:
     """HTML pages for a run: provenance, the summary table, timings, failures, and per image every result's figure
-    beside its headline numbers and a few CSV rows. Small runs get one self-contained page; larger ones an index
-    (sortable, paginated) beside one page per image in its result folder. Nothing is loaded from the network. Opens
-    at RUN_DIR/report.html; no model is loaded.
+    beside its headline numbers and a few CSV rows, explain's audit tables, and the attention explorer where the run
+    computed one. Small runs get one self-contained page; larger ones an index (sortable, paginated) beside one page
+    per image in its result folder. Nothing is loaded from the network. Opens at RUN_DIR/report.html; no model is
+    loaded.
     """
     from vitcli.report.layouts import write_report
 

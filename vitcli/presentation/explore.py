@@ -1,5 +1,5 @@
 """The attention explorer (`Exploration`) as a table, CSV rows, JSON, a summary and one self-contained HTML page; and
-how `vitcli report` embeds that page (`explorer_fragment`).
+how another page embeds it (`explorer_fragment`, from explorer_frame.py, light enough for `vitcli report`).
 
 The page holds its data inline (the crop as PNG, the attention as base64 float16, a JSON header) and its script and
 style inline: it opens from a file or an e-mail with no network. Its numbers are the float16 values of exactly the
@@ -12,7 +12,6 @@ import base64
 import html
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,9 +21,9 @@ from torch import Tensor
 from vitcli.experiments.explore import PRECISION, Exploration
 from vitcli.presentation.attention import grid_json, self_check_json
 from vitcli.presentation.explore_page import PAGE
+from vitcli.presentation.explorer_frame import explorer_fragment, is_explorer_page  # noqa: F401 (public here too)
 from vitcli.render import is_random, weights_caption
 
-EXPLORER_PREFIX = "explore"  # result names of explorer pages start with it: explore.html, explore-b1-4.html
 LAYOUT = "blocks x heads x query token x source token, row-major, little-endian"
 ROLLOUT_WHAT = "attention rollout through every block: heads averaged, identity added, rows renormalized"
 
@@ -172,22 +171,3 @@ def colormap_hex(name: str) -> str:
 
     colours = (matplotlib.colormaps[name](np.linspace(0.0, 1.0, 256))[:, :3] * 255).round().astype(np.uint8)
     return "".join(f"{red:02x}{green:02x}{blue:02x}" for red, green, blue in colours)
-
-
-# ----- for `vitcli report`
-
-
-def is_explorer_page(path: Path) -> bool:
-    """Whether a result file is an explorer page (explore.html, explore-b1-4.html, ...)."""
-    return path.suffix == ".html" and path.stem.split("-")[0] == EXPLORER_PREFIX
-
-
-def explorer_fragment(page: str, title: str = "attention explorer", height: int = 900) -> str:
-    """An explorer page (the text of an explore .html file) as an HTML fragment for another page or a notebook: a
-    sandboxed iframe holding the whole page (its script runs, nothing else is allowed), so the host page stays one
-    self-contained file."""
-    return (
-        f'<iframe class="explorer" title="{html.escape(title)}" sandbox="allow-scripts" '
-        f'style="width:100%;height:{height}px;border:1px solid #ccc" srcdoc="{html.escape(page, quote=True)}">'
-        "</iframe>"
-    )

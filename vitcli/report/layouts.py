@@ -14,16 +14,17 @@ from urllib.parse import quote
 
 from vitcli.batch.manifest import Manifest, summary_frame
 from vitcli.errors import UsageError
+from vitcli.presentation.explorer_frame import is_explorer_page
 from vitcli.report import sections
 from vitcli.report.markup import page, text
 from vitcli.report.reading import inside, read_result, read_run
 from vitcli.store import OutputStore, ResultFiles
 
 PAGE_NAME = "report"  # RUN_DIR/report.html, and report.html in each image's result folder
-# The self-contained page is for runs within both bounds: at 1-2.5 MB of figures per image, a few tens of images
-# already make a page browsers load slowly.
+# The self-contained page is for runs within both bounds: at 1-2.5 MB of figures per image (and 4 MB per explorer
+# page for ViT-Tiny), a few tens of images already make a page browsers load slowly.
 SINGLE_FILE_IMAGES = 40
-SINGLE_FILE_FIGURE_BYTES = 50 * 2**20
+SINGLE_FILE_EMBEDDED_BYTES = 50 * 2**20
 READERS, READ_AHEAD = 4, 32
 
 
@@ -49,10 +50,17 @@ class Run:
             failures[failure.get("image")].append(failure)
         return cls(run_dir.resolve(), manifest, sources, dict(sorted(by_image.items())), by_subject, failures)
 
-    def figure_bytes(self) -> int:
-        """The bytes of the PNGs a single page would embed (read from the file system, not the files)."""
-        paths = (inside(self.folder, file) for entry in self.manifest.results for file in entry["files"])
-        return sum(path.stat().st_size for path in paths if path and path.suffix == ".png" and path.is_file())
+    def embedded_bytes(self) -> int:
+        """The bytes of the files a single page would embed, the PNGs and explore's pages (their sizes from the file
+        system, the files not read)."""
+        return sum(
+            path.stat().st_size
+            for entry in self.manifest.results
+            for path in (inside(self.folder, file) for file in entry["files"])
+            if path
+            and (path.suffix == ".png" or (entry.get("command") == "explore" and is_explorer_page(path)))
+            and path.is_file()
+        )
 
     def header(self) -> str:
         return sections.header(self.manifest, self.sources, len(self.by_image))
@@ -67,13 +75,13 @@ class Run:
 def write_report(run_dir: Path, rows: int = 5, single_file: bool | None = None) -> Path:
     """Write the report and return the page to open: RUN_DIR/report.html. `single_file` None chooses by size."""
     run = Run.read(run_dir)
-    images, size = len(run.by_image), run.figure_bytes()
-    small = images <= SINGLE_FILE_IMAGES and size <= SINGLE_FILE_FIGURE_BYTES
+    images, size = len(run.by_image), run.embedded_bytes()
+    small = images <= SINGLE_FILE_IMAGES and size <= SINGLE_FILE_EMBEDDED_BYTES
     if single_file and not small:
         raise UsageError(
-            f"--single-file is for runs of at most {SINGLE_FILE_IMAGES} images and {SINGLE_FILE_FIGURE_BYTES >> 20} "
-            f"MB of figures; {run_dir} has {images} images and {size / 2**20:.0f} MB: leave it out for an index page "
-            "with one page per image"
+            f"--single-file is for runs of at most {SINGLE_FILE_IMAGES} images and {SINGLE_FILE_EMBEDDED_BYTES >> 20} "
+            f"MB of figures and explorers; {run_dir} has {images} images and {size / 2**20:.0f} MB: leave it out for "
+            "an index page with one page per image"
         )
     if single_file or (single_file is None and small):
         return _publish(run.folder, single_page(run, rows))

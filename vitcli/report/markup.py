@@ -95,6 +95,9 @@ a { color: #2f5d8a; }
 .card { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 20px; align-items: start;
         border: 1px solid #d7dde3; border-radius: 6px; padding: 12px; margin: 12px 0; }
 .card.numbers-only { grid-template-columns: minmax(0, 1fr); }
+.card > .explorer { grid-column: 1 / -1; }
+td.fail { color: #b00020; font-weight: bold; }
+details > summary { cursor: pointer; color: #2f5d8a; font-size: 12px; }
 figure { margin: 0 0 10px; }
 table + .meta, .scroll + .meta { margin-top: 6px; }
 img { display: block; max-width: 100%; height: auto; }

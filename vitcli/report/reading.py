@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from vitcli.batch.manifest import Manifest, merge, read_manifests
 from vitcli.errors import UsageError, VitcliError
+from vitcli.presentation.explorer_frame import is_explorer_page
 from vitcli.store import INDEX, OutputStore
 
 # Columns the publisher adds to every CSV row: the same on every row of a result, so the excerpt leaves them out.
@@ -22,6 +24,9 @@ ROW_ORDER = {
     "occlude-quadrants": ("drop_points", True),
     "explain": ("rank", False),
 }
+# Experiments whose JSON `result.audits` the page shows as tables (read only for these: a large run's other JSON files
+# stay unread).
+AUDITED = ("explain",)
 
 
 @dataclass
@@ -41,6 +46,9 @@ class ResultView:
     entry: dict[str, Any]
     paths: dict[str, Path] = field(default_factory=dict)  # listed file -> its resolved path inside the run folder
     figures: list[tuple[str, Path]] = field(default_factory=list)  # the PNGs among them
+    explorers: list[tuple[str, Path]] = field(default_factory=list)  # explore's pages, only of a verified result
+    arrays: list[tuple[str, Path]] = field(default_factory=list)  # .npy files: linked for download, never read
+    audits: dict[str, Any] = field(default_factory=dict)  # the JSON's result.audits, for AUDITED experiments
     excerpt: CsvExcerpt | None = None
     problems: list[str] = field(default_factory=list)  # refused, missing or changed files, unreadable CSV
     refused: set[str] = field(default_factory=set)  # listed files outside the run folder: never read nor linked
@@ -63,6 +71,7 @@ def inside(run_dir: Path, file: str) -> Path | None:
 
 def read_result(run_dir: Path, entry: dict[str, Any], rows: int) -> ResultView:
     view = ResultView(entry)
+    verified = False
     paths = view.paths
     for file in entry["files"]:
         path = inside(run_dir, file)
@@ -78,7 +87,21 @@ def read_result(run_dir: Path, entry: dict[str, Any], rows: int) -> ResultView:
     elif paths and not _indexed(next(iter(paths.values())).parent, entry["experiment"]):
         index = Path(next(iter(paths))).parent / INDEX
         view.problems.append(f"changed since the run: its files differ from the hashes in {index}")
+    else:
+        verified = not view.refused
     view.figures = [(file, path) for file, path in paths.items() if path.suffix == ".png" and path.is_file()]
+    view.arrays = [(file, path) for file, path in paths.items() if path.suffix == ".npy"]
+    # An explorer runs its script in the page: only a result whose every file is inside the run folder, present and
+    # equal to its hash is embedded.
+    pages = [
+        (file, path) for file, path in paths.items() if entry.get("command") == "explore" and is_explorer_page(path)
+    ]
+    if verified:
+        view.explorers = pages
+    elif pages:
+        view.problems.append("its explorer is not embedded: " + ", ".join(sorted(Path(file).name for file, _ in pages)))
+    if entry.get("command") in AUDITED:
+        view.audits = _audits(paths, entry["experiment"], view.problems)
     tables = [path for path in paths.values() if path.is_file() and path.name.endswith(".csv")]
     main = [path for path in tables if path.name == f"{entry['experiment']}.csv"] or tables
     if main:
@@ -87,6 +110,19 @@ def read_result(run_dir: Path, entry: dict[str, Any], rows: int) -> ResultView:
         except (OSError, UnicodeDecodeError, csv.Error) as error:
             view.problems.append(f"cannot read {main[0].name}: {error}")
     return view
+
+
+def _audits(paths: dict[str, Path], experiment: str, problems: list[str]) -> dict[str, Any]:
+    """The `result.audits` object of the result's JSON ({} where it has none)."""
+    documents = [path for path in paths.values() if path.name == f"{experiment}.json" and path.is_file()]
+    if not documents:
+        return {}
+    try:
+        audits = json.loads(documents[0].read_text(encoding="utf-8")).get("result", {}).get("audits")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as error:
+        problems.append(f"cannot read {documents[0].name}: {error}")
+        return {}
+    return audits if isinstance(audits, dict) else {}
 
 
 def _indexed(folder: Path, name: str) -> bool:

@@ -1,7 +1,9 @@
 """The sections of the report's pages: header, provenance, summary, timings, failures, and the cards of results.
 
 `image_body` renders one image's section from its results' files: the one place a per-image view (the single page's
-section, or the image's own page) is drawn, so another view of an image (an attention explorer, say) is added there.
+section, or the image's own page) is drawn. An `explore` result's page is shown in its card, in a sandboxed iframe:
+its text inline on the single page, its file by relative path on an image's page. explain's audits are drawn by
+audits.py.
 """
 
 from __future__ import annotations
@@ -17,15 +19,21 @@ from urllib.parse import quote
 
 from vitcli.batch.manifest import Manifest, timings
 from vitcli.naming import MODEL_SUBJECT
+from vitcli.presentation.explorer_frame import explorer_fragment, explorer_link
 from vitcli.render import is_random
+from vitcli.report.audits import audit_tables
 from vitcli.report.markup import cell, data_table, text
 from vitcli.report.reading import CsvExcerpt, ResultView
 
 # The lecture's order; experiments not listed follow by name.
 COMMAND_ORDER = (
     "predict", "patches", "attend", "occlude-quadrants", "occlude-patches", "compare-patch-size", "trace", "explain",
-    "lens",
+    "lens", "explore",
 )  # fmt: skip
+EXPLORER_HEIGHT = (
+    800  # pixels: the explorer's panels and controls at the report's width (about 600 used), room to spare
+)
+LONG_SUMMARY = 12  # a result's headline numbers beyond this many are folded (explain with audits has dozens)
 
 
 @dataclass(frozen=True)
@@ -36,13 +44,23 @@ class Place:
     folder: Path
     embed: bool
 
+    def url(self, path: Path) -> str:
+        return quote(Path(os.path.relpath(path, self.folder)).as_posix())
+
     def link(self, path: Path) -> str:
-        return text(quote(Path(os.path.relpath(path, self.folder)).as_posix()))
+        return text(self.url(path))
 
     def figure(self, path: Path) -> str:
         if self.embed:
             return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
         return self.link(path)
+
+    def explorer(self, path: Path, title: str) -> str:
+        """The explorer page in a sandboxed iframe: its whole text (the single page) or its file (an image's page,
+        which then holds a few hundred bytes instead of the explorer's megabytes)."""
+        if self.embed:
+            return explorer_fragment(path.read_text(encoding="utf-8"), title, EXPLORER_HEIGHT)
+        return explorer_link(self.url(path), title, EXPLORER_HEIGHT)
 
 
 def weights_label(manifest: Manifest) -> str:
@@ -167,15 +185,26 @@ def cards(views: list[ResultView], place: Place) -> str:
 
 def card(figures: list[tuple[str, Path]], views: list[ResultView], place: Place) -> str:
     blocks = "".join(numbers(view, place) for view in views)
+    explorers = "".join(explorers_block(view, place) for view in views)
     if not figures:
-        return f'<div class="card numbers-only"><div>{blocks}</div></div>'
+        return f'<div class="card numbers-only"><div>{blocks}</div>{explorers}</div>'
     lazy = "" if place.embed else ' loading="lazy"'
     pictures = "".join(
         f'<figure><a href="{place.link(path)}"><img src="{place.figure(path)}" alt="{text(file)}"{lazy}></a>'
         f"<figcaption>{text(Path(file).name)} (click for the file at full size)</figcaption></figure>"
         for file, path in figures
     )
-    return f'<div class="card"><div>{pictures}</div><div>{blocks}</div></div>'
+    return f'<div class="card"><div>{pictures}</div><div>{blocks}</div>{explorers}</div>'
+
+
+def explorers_block(view: ResultView, place: Place) -> str:
+    image = Path(view.entry.get("image") or "").name
+    return "".join(
+        f'<div class="explorer">{place.explorer(path, f"attention explorer: {image}")}'
+        f'<p class="meta">{text(Path(file).name)}: click a patch (or CLS) for its attention in every head; the slider '
+        f'chooses the block, the arrow keys move the query; <a href="{place.link(path)}">open it alone</a></p></div>'
+        for file, path in view.explorers
+    )
 
 
 def numbers(view: ResultView, place: Place) -> str:
@@ -190,11 +219,25 @@ def numbers(view: ResultView, place: Place) -> str:
     summary = entry.get("summary") or {}
     if summary:
         rows = "".join(f"<tr><th>{text(key)}</th>{cell(value)}</tr>" for key, value in summary.items())
-        parts.append(f"<table>{rows}</table>")
+        table = f"<table>{rows}</table>"
+        if len(summary) > LONG_SUMMARY:
+            table = f"<details><summary>{len(summary)} headline numbers (summary.csv)</summary>{table}</details>"
+        parts.append(table)
+    parts.append(audit_tables(view.audits))
     if view.excerpt is not None:
         parts.append(excerpt_table(view.excerpt))
-    links = " ".join(f'<a href="{place.link(path)}">{text(Path(file).name)}</a>' for file, path in view.paths.items())
+    arrays = {file for file, _ in view.arrays}
+    links = " ".join(
+        f'<a href="{place.link(path)}">{text(Path(file).name)}</a>'
+        for file, path in view.paths.items()
+        if file not in arrays
+    )
     parts.append(f'<p class="meta">files: {links}</p>')
+    if view.arrays:
+        downloads = " ".join(
+            f'<a href="{place.link(path)}" download>{text(Path(file).name)}</a>' for file, path in view.arrays
+        )
+        parts.append(f'<p class="meta">arrays (NumPy .npy, for numpy.load; not shown here): {downloads}</p>')
     return "".join(parts)
 
 
