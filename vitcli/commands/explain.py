@@ -130,15 +130,30 @@ class ExplainJob(Job):
             summary=view.summary(result),
         )
 
-    def present_across_images(self, results: list[Any]) -> Presentation | None:
-        """With --faithfulness over several images: each method's mean and spread of both AUCs."""
+    @classmethod
+    def present_across_images(cls, documents: list[dict[str, Any]]) -> Presentation | None:
+        """With --faithfulness over several images: each method's mean and spread of both AUCs, from the stored
+        results' `faithfulness` bodies (the spread reads each method's and the random baseline's AUCs only)."""
+        from types import SimpleNamespace as Stored
+
         from vitcli.experiments.faithfulness import faithfulness_spread
         from vitcli.presentation import explain as view
 
-        curves = [result.faithfulness for result in results if result.faithfulness is not None]
+        def aucs(item: dict[str, Any], method: str | None = None) -> Stored:
+            auc = [Stored(auc=float(item[key]["auc"])) for key in ("deletion", "insertion")]
+            return Stored(method=method, deletion=auc[0], insertion=auc[1])
+
+        curves = [
+            Stored(
+                methods=[aucs(item, item["method"]) for item in body["faithfulness"]["methods"]],
+                random=aucs(body["faithfulness"]["random"]) if body["faithfulness"].get("random") else None,
+            )
+            for body in documents
+            if body.get("faithfulness")
+        ]
         if not curves:
             return None
-        spreads = faithfulness_spread(curves)
+        spreads = faithfulness_spread(curves)  # type: ignore[arg-type]
         return Presentation(
             view.spread_table(spreads),
             view.spread_rows(spreads),
