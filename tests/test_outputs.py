@@ -381,15 +381,74 @@ def test_an_index_entry_counts_only_while_its_files_match(tmp_path):
 
 
 def test_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
+    """Only this host's dead processes' temporaries go: another host's process ids mean nothing here (issue 19)."""
     folder = tmp_path / "model" / "image"
     folder.mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = folder / f".r.json.p{int(dead.stdout)}.0a1b2c3d.tmp"
-    live = folder / f".r.json.p{os.getpid()}.0a1b2c3d.tmp"
-    orphan.write_text("left by a SIGKILL")
-    live.write_text("being written by this process")
+    orphan = folder / f".r.json.{store.HOST}.p{int(dead.stdout)}.0a1b2c3d.tmp"
+    live = folder / f".r.json.{store.HOST}.p{os.getpid()}.0a1b2c3d.tmp"
+    other_host = folder / f".r.json.node7-0a1b2c.p{int(dead.stdout)}.0a1b2c3d.tmp"
+    for path in (orphan, live, other_host):
+        path.write_text("a temporary")
     OutputStore(tmp_path).folder("model", "image")
-    assert not orphan.exists() and live.exists()
+    assert not orphan.exists() and live.exists() and other_host.exists()
+
+
+WRITER = """
+import os, sys, time
+from pathlib import Path
+from vitcli.store import HOST, OutputStore, ResultFiles
+
+def slowly(stream):
+    for _ in range(5):
+        stream.write(b"x" * 1000)
+        time.sleep(0.001)
+
+store = OutputStore(Path(sys.argv[1]))
+for index in range(int(sys.argv[2])):
+    store.write(store.folder("model", "shared"), ResultFiles(f"r-{sys.argv[3]}-{index}", {"json": slowly, "csv": "a"}))
+print(HOST, os.getpid())
+"""
+
+
+def test_shards_on_two_hosts_sharing_a_folder_never_remove_each_others_files(tmp_path):
+    """Two writers in two PID namespaces (what two machines look like to each other) publish into one folder at
+    once, each cleaning the folder before every write; each has a process id the other's namespace lacks. With the
+    host left out of the temporaries' names (tried on purpose), tries fail with "No such file or directory"."""
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid needs root (or user namespaces) here")
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    failures = []
+    for attempt in range(20):
+        folder = tmp_path / f"try{attempt}"
+        writers = [
+            # Some short-lived processes first, so each writer's id differs from the other's and is free there.
+            subprocess.Popen(
+                [
+                    "unshare",
+                    "--pid",
+                    "--fork",
+                    "--mount-proc",
+                    "sh",
+                    "-c",
+                    f'for i in $(seq {spawned}); do true; done; exec "$0" -c "$1" "$2" 40 {name}',
+                    sys.executable,
+                    WRITER,
+                    str(folder),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=environment,
+            )
+            for name, spawned in (("a", 3), ("b", 9))
+        ]
+        outputs = [writer.communicate(timeout=60) for writer in writers]
+        failures += [error for writer, (_, error) in zip(writers, outputs, strict=True) if writer.returncode]
+        hosts = {output.split()[0] for output, _ in outputs if output}
+    assert failures == []
+    assert len(hosts) == 2  # the two namespaces are two hosts
+    assert len(read_index(tmp_path / "try19" / "model" / "shared")["results"]) == 80
 
 
 def test_no_folder_outside_the_store_is_ever_made(tmp_path):

@@ -156,6 +156,13 @@ class OutputStore:
             for file, digest in entry["files"].items()
         )
 
+    @contextlib.contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """Hold lock file ROOT/name: processes that build views of shared files take turns (the last to read
+        writes last). Works across machines where the file system supports locks (NFS does, through the server)."""
+        with _locked(self.root, self.root, name):
+            yield
+
     def remove(self, path: Path) -> None:
         """Remove one file inside the store's root (a superseded record, say)."""
         if not Path(os.path.abspath(path)).is_relative_to(os.path.abspath(self.root)):
@@ -286,12 +293,12 @@ def _write_temporary(temporary: Path, writer: Writer) -> None:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path, root: Path) -> Iterator[None]:
+def _locked(folder: Path, root: Path, name: str = _LOCK) -> Iterator[None]:
     """Serialize index updates of one folder across processes (two commands on the same image at once)."""
     if fcntl is None:
         yield
         return
-    path = folder / _LOCK
+    path = folder / name
     _refuse_link(path, root)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
     try:

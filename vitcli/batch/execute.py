@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vitcli.batch.config import RunConfig, located
 from vitcli.batch.manifest import Manifest, stem, summary_frame
 from vitcli.batch.record import Record, RecordWriter, read_record
-from vitcli.batch.views import ACROSS, merge_runs, record_view, stored_document, write_views
+from vitcli.batch.views import ACROSS, VIEWS_LOCK, merge_runs, record_view, stored_document, write_views
 from vitcli.errors import UsageError
 from vitcli.hashing import file_sha256
 from vitcli.naming import MODEL_SUBJECT, image_subject, safe_name, set_subject
@@ -84,8 +84,9 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
         _views_after_failure(store, root, shard, subjects, context)
         raise
     writer.close()
-    manifest = record_view(read_record(root, context.messages.warn), shard, subjects)
-    write_views(store, manifest)
+    with store.exclusive(VIEWS_LOCK):
+        manifest = record_view(read_record(root, context.messages.warn), shard, subjects)
+        write_views(store, manifest)
     if report.skipped:
         context.messages.info(f"skipped {len(report.skipped)} results already complete (use --force to redo them)")
     table, left_out = summary_table(manifest, root)
@@ -144,7 +145,8 @@ def _views_after_failure(
     """On an interrupt or a failure: the views of what was recorded, best effort (the error in flight is the one to
     report; a second signal stops this too, leaving the earlier views whole)."""
     try:
-        write_views(store, record_view(read_record(root, context.messages.warn), shard, subjects))
+        with store.exclusive(VIEWS_LOCK):
+            write_views(store, record_view(read_record(root, context.messages.warn), shard, subjects))
     except Exception:  # noqa: BLE001  (a read-only or vanished folder: the error in flight already says so)
         return
 

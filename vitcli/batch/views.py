@@ -15,6 +15,7 @@ from vitcli.output import json_text
 from vitcli.store import OutputStore, ResultFiles, read_index
 
 ACROSS = "-across-images"
+VIEWS_LOCK = ".views.lock"  # processes sharing a run folder build its views one at a time
 
 
 def record_view(record: Record, shard: str | None, subjects: set[str] | None = None) -> Manifest:
@@ -137,7 +138,8 @@ def merge_runs(
     merged.results = [entry for entry in merged.results if not entry["experiment"].endswith(ACROSS)]
     merged.results += publish_set(merged)
     store = OutputStore(into)
-    return merged, write_views(store, merged)
+    with store.exclusive(VIEWS_LOCK):
+        return merged, write_views(store, merged)
 
 
 def stored_document(into: Path, entry: dict[str, Any]) -> dict[str, Any] | None:

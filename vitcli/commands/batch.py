@@ -40,7 +40,7 @@ def run_command(
     from vitcli.batch.execute import execute
 
     loaded = load_config(config)
-    settings: dict[str, Any] = {**context.option_values, **loaded.model_options}
+    settings: dict[str, Any] = {**context.option_values, **loaded.model_options_under(context.explicit_options)}
     if loaded.output_dir is not None:
         settings["output_dir"] = Path(loaded.output_dir)
     settings.update(context.explicit_options)
