@@ -131,8 +131,9 @@ def test_an_unreadable_record_line_is_reported_and_its_work_redone(cli, workdir)
     assert again.exit_code == 0, again.stderr
     warnings = [line for line in again.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2, again.stderr
-    assert f"{path} line 2: files: must be a list" in warnings[0] and "redone" in warnings[0]
-    assert f"{path} line 3 is not valid JSON" in warnings[1]
+    shown = path.relative_to(workdir)
+    assert f"{shown} line 2: files: must be a list" in warnings[0] and "redone" in warnings[0]
+    assert f"{shown} line 3 is not valid JSON" in warnings[1]
     assert [json.loads(line)["experiment"]["name"] for line in again.stdout.splitlines()] == [damaged["experiment"]]
 
 
@@ -209,7 +210,8 @@ def test_every_invocation_is_recorded_and_the_config_covers_all_images(cli, work
     assert cli("run", config, second, "--batch-size", "3").exit_code == 0
     document = manifest(workdir / "outputs" / "pair")
     assert [run["images"] for run in document["runs"]] == [1, 1]
-    assert "--batch-size 3" in document["runs"][1]["command"] == document["provenance"]["command"]
+    assert document["runs"][0]["record"] != document["runs"][1]["record"]
+    assert document["config"]["model"]["batch-size"] == 3
     assert document["config"]["images"] == sorted([str(first), str(second)])
     assert {image for image, _ in pairs(document)} == {"im0.png", "im1.png"}
 
@@ -267,7 +269,7 @@ def test_across_images_numbers_equal_a_fresh_runs_after_resume_extension_and_sha
     ]
     (path,) = [
         p
-        for p in (workdir / "extended" / "faith").glob("*/set-*/*.json")
+        for p in (workdir / "extended" / "faith").glob("*/set-*/*-across-images.json")
         if "im2" not in str(p) and json.loads(p.read_text())["experiment"]["settings"]["images"] == 3
     ]
     assert_same_numbers(
@@ -307,13 +309,16 @@ def test_summary_columns_follow_the_configured_order_and_number_naturally():
     assert configured == ["image", "image_sha256", "predict_x", "attention-b12.attend_x", "attention-b6.attend_x"]
 
 
-def test_the_terminal_summary_says_what_it_left_out_and_counts_in_words(cli, workdir):
+def test_the_terminal_summary_says_what_it_left_out_and_counts_in_words(cli, workdir, monkeypatch):
+    import vitcli.batch.execute
+
+    monkeypatch.setattr(vitcli.batch.execute, "FEW_COLUMNS", 2)
     config = write_config(workdir, pictures(workdir / "pics", 7))
     result = cli("run", config)
     assert result.exit_code == 0
     (line,) = [line for line in result.stderr.splitlines() if "leaves out" in line]
     columns = list(pandas.read_csv(workdir / "outputs" / "pair" / "summary.csv").columns)
-    assert line.endswith(", ".join(columns[7:])) and f"leaves out {len(columns) - 7} columns" in line
+    assert line.endswith(", ".join(columns[4:])) and f"leaves out {len(columns) - 4} columns" in line
     assert list(pandas.read_csv(workdir / "outputs" / "pair" / "summary.csv").columns)[2].startswith("predict")
     single = cli("run", config, pictures(workdir / "one", 1)[0], "-o", "one")
     assert ": 1 image (all numbers" in single.stdout.replace("\n", " ") or "1 image " in single.stdout
@@ -333,7 +338,7 @@ def test_a_merged_manifest_covers_every_shards_images_and_a_refusal_names_the_di
     assert len(document["results"]) == 6 and len(document["runs"]) == 2
     other = write_config(workdir, images, CONFIG.replace("top-k = 3", "top-k = 4"), "other.toml")
     assert cli("run", other, "-o", "m3").exit_code == 0
-    refused = cli("merge", workdir / "m1" / "pair", workdir / "m3" / "other", "--into", workdir / "x")
+    refused = cli("merge", workdir / "m1" / "pair", workdir / "m3" / "pair", "--into", workdir / "x")
     assert refused.exit_code == 2
     assert '{"command": "predict", "top-k": 3} vs {"command": "predict", "top-k": 4}' in one_line(refused.stderr)
 
@@ -373,7 +378,7 @@ def test_an_index_entry_of_the_wrong_shape_is_reported_and_redone(cli, workdir):
     index.write_text(json.dumps(data))
     again = cli("run", config, "-f", "jsonl")
     assert again.exit_code == 0, again.stderr
-    assert f"warning: {index}: results.predict-k3.files must be" in again.stderr
+    assert f"warning: {index.relative_to(workdir)}: results.predict-k3.files must be" in again.stderr
     assert [json.loads(line)["experiment"]["name"] for line in again.stdout.splitlines()] == ["predict-k3"]
 
 

@@ -160,6 +160,10 @@ class OutputStore:
     def exclusive(self, name: str) -> Iterator[None]:
         """Hold lock file ROOT/name: processes that build views of shared files take turns (the last to read
         writes last). Works across machines where the file system supports locks (NFS does, through the server)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot create output folder {self.root}: {_reason(error)}") from error
         with _locked(self.root, self.root, name):
             yield
 
@@ -300,7 +304,10 @@ def _locked(folder: Path, root: Path, name: str = _LOCK) -> Iterator[None]:
         return
     path = folder / name
     _refuse_link(path, root)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW, 0o644)
+    except OSError as error:
+        raise StoreError(f"cannot write in {folder}: {_reason(error)}") from error
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield

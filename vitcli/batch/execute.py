@@ -10,6 +10,7 @@ complete, unless `force`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,10 +56,11 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     provenance = context.provenance(model)
     shard = f"{context.shard.index}/{context.shard.count}" if context.shard else None
     identity = config.identity({"model": model.name, "parameters_sha256": model.parameter_sha256})
+    warn = _once(context.messages.warn)  # the record is read at the start and again for the views
     publisher = context.publisher(provenance, store_root=root)
     publisher.announce_files = False
     store = publisher.store
-    record = _earlier_record(store, root, identity, force, context)
+    record = _earlier_record(store, root, identity, force, warn)
     run_line = {
         "name": config.name,
         "identity": identity,
@@ -81,14 +83,17 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
         runner.publish_across_images(paths, report)
     except BaseException:
         writer.close()
-        _views_after_failure(store, root, shard, subjects, context)
+        _views_after_failure(store, root, shard, subjects, warn)
         raise
     writer.close()
     with store.exclusive(VIEWS_LOCK):
-        manifest = record_view(read_record(root, context.messages.warn), shard, subjects)
+        manifest = record_view(read_record(root, warn), shard, subjects)
         write_views(store, manifest)
     if report.skipped:
-        context.messages.info(f"skipped {len(report.skipped)} results already complete (use --force to redo them)")
+        count = len(report.skipped)
+        context.messages.info(
+            f"skipped {count} result{'' if count == 1 else 's'} already complete (use --force to redo them)"
+        )
     table, left_out = summary_table(manifest, root)
     context.emitter.table(table)
     if left_out:
@@ -99,10 +104,21 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     return report
 
 
-def _earlier_record(store: OutputStore, root: Path, identity: str, force: bool, context: CommandContext) -> Record:
+def _once(warn: Callable[[str], None]) -> Callable[[str], None]:
+    said: set[str] = set()
+
+    def warn_once(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            warn(text)
+
+    return warn_once
+
+
+def _earlier_record(store: OutputStore, root: Path, identity: str, force: bool, warn: Callable[[str], None]) -> Record:
     """What earlier processes recorded in this run folder. Records of another config or model are refused, or, with
     --force, removed (the run starts afresh)."""
-    record = read_record(root, context.messages.warn)
+    record = read_record(root, warn)
     others = [run for run in record.runs if run["identity"] != identity]
     if others and not force:
         raise UsageError(
@@ -112,7 +128,7 @@ def _earlier_record(store: OutputStore, root: Path, identity: str, force: bool, 
     if others:
         for run in others:
             store.remove(run["file"])
-        record = read_record(root, context.messages.warn)
+        record = read_record(root, warn)
     return record
 
 
@@ -140,13 +156,13 @@ def _done(record: Record, root: Path) -> Any:
 
 
 def _views_after_failure(
-    store: OutputStore, root: Path, shard: str | None, subjects: set[str] | None, context: CommandContext
+    store: OutputStore, root: Path, shard: str | None, subjects: set[str] | None, warn: Callable[[str], None]
 ) -> None:
     """On an interrupt or a failure: the views of what was recorded, best effort (the error in flight is the one to
     report; a second signal stops this too, leaving the earlier views whole)."""
     try:
         with store.exclusive(VIEWS_LOCK):
-            write_views(store, record_view(read_record(root, context.messages.warn), shard, subjects))
+            write_views(store, record_view(read_record(root, warn), shard, subjects))
     except Exception:  # noqa: BLE001  (a read-only or vanished folder: the error in flight already says so)
         return
 
