@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -420,3 +421,22 @@ def test_nothing_is_written_through_a_symbolic_link_planted_in_the_output_folder
     assert result.exit_code == 1
     assert "is a symbolic link inside" in one_line(result.stderr)
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_with_different_images_both_survive(tmp_path):
+    """Issue 19: two runs of one config into one folder at once, each with its own images: every image ends in the
+    final manifest.json and summary.csv (the last process to build the views reads both records)."""
+    images = pictures(tmp_path / "pics", 8)
+    config = write_config(tmp_path, images)
+    command = [VITCLI, "run", str(config), "--batch-size", "1", "-q"]
+    runs = [
+        subprocess.Popen([*command, *map(str, half)], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        for half in (images[:4], images[4:])
+    ]
+    for run in runs:
+        assert run.wait(timeout=600) == 0, run.stderr.read()
+    root = tmp_path / "outputs" / "pair"
+    assert {Path(entry["image"]) for entry in manifest(root)["results"]} == set(images)
+    assert set(pandas.read_csv(root / "summary.csv")["image"]) == {str(image) for image in images}
+    assert len(record_files(root)) == 2

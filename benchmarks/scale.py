@@ -1,0 +1,123 @@
+"""Does a `vitcli run` cost the same per result at 10,000 images as at 500? N generated 64x64 PNGs, a config with
+`predict` and `attend --view summary` (one hooked forward, no figure), random weights, one process per N.
+
+Prints per N: the wall time, seconds per result beyond a small run's fixed cost (imports, model build), the bytes
+the process wrote (write() calls, from /proc/self/io) per result and against the result files themselves, the run's
+own files (records, manifest.json, summary.csv, the folders' index.json), and the peak memory of the process.
+Goals (issue 19): seconds per result at the largest N within 1.2x of the smallest; bytes written at most 2x the
+result files.
+
+    .venv/bin/python benchmarks/scale.py                      # N = 500, 2000, 10000
+    .venv/bin/python benchmarks/scale.py --sizes 200,1000     # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+VITCLI = str(Path(sys.executable).parent / "vitcli")
+BASELINE = 20  # images of the run that measures the fixed cost
+CONFIG = """
+name = "scale"
+images = ["{images}"]
+[model]
+weights = "random"
+device = "cpu"
+batch-size = 16
+[[experiments]]
+command = "predict"
+[[experiments]]
+command = "attend"
+view = "summary"
+"""
+# The CLI through a wrapper that, at exit, writes the process's I/O counters and peak memory (Linux).
+MEASURED = """
+import atexit, resource, sys
+target = sys.argv.pop(1)
+
+def measure():
+    counters = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+    counters["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    open(target, "w").write(repr({key: int(value) for key, value in counters.items()}))
+
+atexit.register(measure)
+sys.argv[0] = "vitcli"
+from vitcli.cli import main
+sys.exit(main())
+"""
+
+
+def images(folder: Path, count: int) -> None:
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for index in range(count):
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / f"im{index:05d}.png")
+
+
+def measure(count: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as name:
+        work = Path(name)
+        images(work / "pics", count)
+        (work / "run.toml").write_text(CONFIG.format(images=work / "pics"))
+        counters = work / "counters"
+        started = time.perf_counter()
+        command = [sys.executable, "-c", MEASURED, str(counters), "run", "run.toml", "-q", "-f", "jsonl"]
+        subprocess.run(
+            command, cwd=work, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        )
+        wall = time.perf_counter() - started
+        measured = eval(counters.read_text())  # noqa: S307  (a dict literal this script's child wrote)
+        root = work / "outputs" / "scale"
+        results = len(json.loads((root / "manifest.json").read_text())["results"])
+        files = [path for path in root.rglob("*") if path.is_file()]
+        indexes = sum(path.stat().st_size for path in files if path.name == "index.json")
+        own = sum(path.stat().st_size for path in files if path.parent == root or path.parent.name == "records")
+        result_bytes = sum(path.stat().st_size for path in files if path.parent.parent.parent == root) - indexes
+        return {
+            "images": count,
+            "results": results,
+            "wall": wall,
+            "written": measured["wchar"],
+            "result_bytes": result_bytes,
+            "index_bytes": indexes,
+            "run_bytes": own,
+            "peak_mib": measured["maxrss_kib"] / 1024,
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="500,2000,10000", help="comma-separated image counts")
+    sizes = [int(size) for size in parser.parse_args().sizes.split(",")]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; vitcli run, predict + attend summary")
+    base = measure(BASELINE)
+    print(f"fixed cost (a {BASELINE}-image run): {base['wall']:.1f} s")
+    header = f"{'images':>7} {'results':>8} {'wall s':>8} {'s/result':>9} {'written/result':>15} {'vs files':>9}"
+    print(header + f" {'records+views':>14} {'indexes':>9} {'peak MiB':>9}")
+    rows = []
+    for size in sizes:
+        row = measure(size)
+        per_result = (row["wall"] - base["wall"]) / (row["results"] - base["results"])
+        rows.append(per_result)
+        print(
+            f"{row['images']:>7} {row['results']:>8} {row['wall']:>8.1f} {per_result:>9.4f} "
+            f"{row['written'] / row['results']:>13.0f} B {row['written'] / row['result_bytes']:>8.2f}x "
+            f"{row['run_bytes'] / row['results']:>12.0f} B {row['index_bytes'] / row['results']:>7.0f} B "
+            f"{row['peak_mib']:>9.0f}",
+            flush=True,
+        )
+    print(f"s/result at {sizes[-1]} vs {sizes[0]}: {rows[-1] / rows[0]:.2f}x (goal <= 1.2x)")
+
+
+if __name__ == "__main__":
+    main()
