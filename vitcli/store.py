@@ -43,6 +43,7 @@ except ImportError:  # Windows: no advisory locks; one writer per folder is then
 
 INDEX = "index.json"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_WARNED: set[tuple[str, str]] = set()  # index entries of the wrong shape already reported
 _LOCK = ".index.lock"
 Writer = Callable[[BinaryIO], None]
 Content = str | bytes | Writer  # text is written as UTF-8; a writer streams its bytes (a figure, say)
@@ -228,7 +229,9 @@ def read_index(folder: Path) -> dict[str, Any]:
     for name, entry in list(index["results"].items()):
         problem = _entry_problem(entry)
         if problem:
-            print(f"warning: {path}: results.{name}{problem}; that result will be redone", file=sys.stderr)
+            if (str(path), name) not in _WARNED:  # once per process: the index is read before and at each write
+                _WARNED.add((str(path), name))
+                print(f"warning: {path}: results.{name}{problem}; that result will be redone", file=sys.stderr)
             del index["results"][name]
     return index
 
