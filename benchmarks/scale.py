@@ -1,7 +1,8 @@
 """Does a `vitcli run` cost the same per result at 10,000 images as at 500? N generated 64x64 PNGs, a config with
 `predict` and `attend --view summary` (one hooked forward, no figure), random weights, one process per N.
 
-Prints per N: the wall time, seconds per result beyond a small run's fixed cost (imports, model build), the bytes
+Prints per N: the wall time, seconds per result beyond a small run's fixed cost (imports, model build), in wall
+time and in the process's CPU time (steadier on a shared machine), the bytes
 the process wrote (write() calls, from /proc/self/io) per result and against the result files themselves, the run's
 own files (records, manifest.json, summary.csv, the folders' index.json), and the peak memory of the process.
 Goals (issue 19): seconds per result at the largest N within 1.2x of the smallest; bytes written at most 2x the
@@ -47,7 +48,9 @@ target = sys.argv.pop(1)
 
 def measure():
     counters = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
-    counters["maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    counters["maxrss_kib"] = usage.ru_maxrss
+    counters["cpu_ms"] = int(1000 * (usage.ru_utime + usage.ru_stime))
     open(target, "w").write(repr({key: int(value) for key, value in counters.items()}))
 
 atexit.register(measure)
@@ -87,6 +90,7 @@ def measure(count: int) -> dict[str, float]:
             "images": count,
             "results": results,
             "wall": wall,
+            "cpu": measured["cpu_ms"] / 1000,
             "written": measured["wchar"],
             "result_bytes": result_bytes,
             "index_bytes": indexes,
@@ -101,22 +105,25 @@ def main() -> None:
     sizes = [int(size) for size in parser.parse_args().sizes.split(",")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; vitcli run, predict + attend summary")
     base = measure(BASELINE)
-    print(f"fixed cost (a {BASELINE}-image run): {base['wall']:.1f} s")
-    header = f"{'images':>7} {'results':>8} {'wall s':>8} {'s/result':>9} {'written/result':>15} {'vs files':>9}"
+    print(f"fixed cost (a {BASELINE}-image run): {base['wall']:.1f} s wall, {base['cpu']:.1f} s CPU")
+    header = f"{'images':>7} {'results':>8} {'wall s':>8} {'s/result':>9} {'CPU s/result':>13} {'written/result':>15}"
+    header += f" {'vs files':>9}"
     print(header + f" {'records+views':>14} {'indexes':>9} {'peak MiB':>9}")
     rows = []
     for size in sizes:
         row = measure(size)
         per_result = (row["wall"] - base["wall"]) / (row["results"] - base["results"])
-        rows.append(per_result)
+        cpu_per_result = (row["cpu"] - base["cpu"]) / (row["results"] - base["results"])
+        rows.append((per_result, cpu_per_result))
         print(
-            f"{row['images']:>7} {row['results']:>8} {row['wall']:>8.1f} {per_result:>9.4f} "
+            f"{row['images']:>7} {row['results']:>8} {row['wall']:>8.1f} {per_result:>9.4f} {cpu_per_result:>13.4f} "
             f"{row['written'] / row['results']:>13.0f} B {row['written'] / row['result_bytes']:>8.2f}x "
             f"{row['run_bytes'] / row['results']:>12.0f} B {row['index_bytes'] / row['results']:>7.0f} B "
             f"{row['peak_mib']:>9.0f}",
             flush=True,
         )
-    print(f"s/result at {sizes[-1]} vs {sizes[0]}: {rows[-1] / rows[0]:.2f}x (goal <= 1.2x)")
+    wall_ratio, cpu_ratio = (rows[-1][index] / rows[0][index] for index in (0, 1))
+    print(f"per result at {sizes[-1]} vs {sizes[0]}: wall {wall_ratio:.2f}x, CPU {cpu_ratio:.2f}x (goal <= 1.2x)")
 
 
 if __name__ == "__main__":
