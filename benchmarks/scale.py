@@ -99,11 +99,42 @@ def measure(count: int) -> dict[str, float]:
         }
 
 
+def views_cost(count: int) -> str:
+    """Reading a record of `count` images x 2 results and building both views, without the model: the part of a
+    run's cost that grows with the run (once, at the end)."""
+    from vitcli.batch.manifest import summary_frame
+    from vitcli.batch.record import read_record
+    from vitcli.batch.views import record_view
+    from vitcli.output import json_text
+
+    summary = {"top1_class": 3, "top1_label": "x", "top1_probability": 0.1, "mass": 0.4}
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name) / "records"
+        folder.mkdir()
+        images = [f"/data/im{index:05d}.png" for index in range(count)]
+        run = {"name": "s", "identity": "i", "shard": None, "config": {"images": images}, "provenance": {}}
+        with open(folder / "a.jsonl", "w") as stream:
+            stream.write(json.dumps({"kind": "run", "at": 0, **run}) + "\n")
+            for index, image in enumerate(images):
+                for experiment in ("predict-k5", "attention-summary-qcls"):
+                    files = [f"m/im{index:05d}-0123456789/{experiment}.{suffix}" for suffix in ("json", "csv")]
+                    line = {"kind": "result", "at": index, "image": image, "image_sha256": "ab" * 32}
+                    line |= {"subject": f"im{index:05d}-0123456789", "experiment": experiment, "command": experiment}
+                    line |= {"settings": {}, "files": files, "compute_seconds": 0.01, "write_seconds": 0.01}
+                    stream.write(json.dumps({**line, "summary": summary}) + "\n")
+        started = time.perf_counter()
+        manifest = record_view(read_record(Path(name), print), None)
+        json_text(manifest.to_json())
+        summary_frame(manifest.results, manifest.result_names).to_csv(index=False)
+        return f"views of {count} images ({2 * count} results) from the record: {time.perf_counter() - started:.1f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="500,2000,10000", help="comma-separated image counts")
     sizes = [int(size) for size in parser.parse_args().sizes.split(",")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; vitcli run, predict + attend summary")
+    print(views_cost(10_000))
     base = measure(BASELINE)
     print(f"fixed cost (a {BASELINE}-image run): {base['wall']:.1f} s wall, {base['cpu']:.1f} s CPU")
     header = f"{'images':>7} {'results':>8} {'wall s':>8} {'s/result':>9} {'CPU s/result':>13} {'written/result':>15}"
