@@ -145,7 +145,6 @@ class Runner:
         self.skip = skip
         self.on_published: Callable[[Published], None] = lambda _published: None  # runs with the files in place
         self.on_failure: Callable[[Failure], None] = lambda _failure: None
-        self.fresh: set[str] = set()  # result names computed by this process (their across-images result is stale)
         self.aggregating: dict[str, Job] = {}  # jobs run on images whose results sum up over the set, by name
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
@@ -174,16 +173,14 @@ class Runner:
 
     def publish_across_images(self, paths: Sequence[Path], report: Report) -> None:
         """For each job that sums up several images, one more result about the set, computed from the stored results
-        of every image of the set (whichever process computed them), when two or more are stored."""
+        of every image of the set (whichever process computed them), when two or more are stored. Always recomputed:
+        reading the stored results costs little, and any of them may have changed since (a replaced image)."""
         from vitcli.naming import set_subject
 
         subject = set_subject(paths)
         subject_json = {"images": [str(path) for path in paths]}
         for job in self.aggregating.values():
             name = f"{job.name()}-across-images"
-            if job.name() not in self.fresh and self.skip is not None and self.skip(subject, name, None):
-                report.skipped.append((subject, name))
-                continue
             documents = stored_documents(self.publisher, [image_subject(path) for path in paths], job.name())
             presentation = type(job).present_across_images(documents) if len(documents) > 1 else None
             if presentation is not None:
@@ -252,7 +249,6 @@ class Runner:
             result = compute()
             computed = time.perf_counter()
             self.publisher.publish(subject, subject_json, job, result, stored)
-            self.fresh.add(job.name())
         except StoreError:
             raise  # a full disk or a read-only folder fails every image after it too: stop with one line
         except VitcliError as error:
