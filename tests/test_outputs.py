@@ -381,15 +381,74 @@ def test_an_index_entry_counts_only_while_its_files_match(tmp_path):
 
 
 def test_temporaries_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
+    """Only this host's dead processes' temporaries go: another host's process ids mean nothing here (issue 19)."""
     folder = tmp_path / "model" / "image"
     folder.mkdir(parents=True)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan = folder / f".r.json.p{int(dead.stdout)}.0a1b2c3d.tmp"
-    live = folder / f".r.json.p{os.getpid()}.0a1b2c3d.tmp"
-    orphan.write_text("left by a SIGKILL")
-    live.write_text("being written by this process")
+    orphan = folder / f".r.json.{store.HOST}.p{int(dead.stdout)}.0a1b2c3d.tmp"
+    live = folder / f".r.json.{store.HOST}.p{os.getpid()}.0a1b2c3d.tmp"
+    other_host = folder / f".r.json.node7-0a1b2c.p{int(dead.stdout)}.0a1b2c3d.tmp"
+    for path in (orphan, live, other_host):
+        path.write_text("a temporary")
     OutputStore(tmp_path).folder("model", "image")
-    assert not orphan.exists() and live.exists()
+    assert not orphan.exists() and live.exists() and other_host.exists()
+
+
+WRITER = """
+import os, sys, time
+from pathlib import Path
+from vitcli.store import HOST, OutputStore, ResultFiles
+
+def slowly(stream):
+    for _ in range(5):
+        stream.write(b"x" * 1000)
+        time.sleep(0.001)
+
+store = OutputStore(Path(sys.argv[1]))
+for index in range(int(sys.argv[2])):
+    store.write(store.folder("model", "shared"), ResultFiles(f"r-{sys.argv[3]}-{index}", {"json": slowly, "csv": "a"}))
+print(HOST, os.getpid())
+"""
+
+
+def test_shards_on_two_hosts_sharing_a_folder_never_remove_each_others_files(tmp_path):
+    """Two writers in two PID namespaces (what two machines look like to each other) publish into one folder at
+    once, each cleaning the folder before every write; each has a process id the other's namespace lacks. With the
+    host left out of the temporaries' names (tried on purpose), tries fail with "No such file or directory"."""
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid needs root (or user namespaces) here")
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    failures = []
+    for attempt in range(20):
+        folder = tmp_path / f"try{attempt}"
+        writers = [
+            # Some short-lived processes first, so each writer's id differs from the other's and is free there.
+            subprocess.Popen(
+                [
+                    "unshare",
+                    "--pid",
+                    "--fork",
+                    "--mount-proc",
+                    "sh",
+                    "-c",
+                    f'for i in $(seq {spawned}); do true; done; exec "$0" -c "$1" "$2" 40 {name}',
+                    sys.executable,
+                    WRITER,
+                    str(folder),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=environment,
+            )
+            for name, spawned in (("a", 3), ("b", 9))
+        ]
+        outputs = [writer.communicate(timeout=60) for writer in writers]
+        failures += [error for writer, (_, error) in zip(writers, outputs, strict=True) if writer.returncode]
+        hosts = {output.split()[0] for output, _ in outputs if output}
+    assert failures == []
+    assert len(hosts) == 2  # the two namespaces are two hosts
+    assert len(read_index(tmp_path / "try19" / "model" / "shared")["results"]) == 80
 
 
 def test_no_folder_outside_the_store_is_ever_made(tmp_path):
@@ -497,3 +556,115 @@ def test_one_image_and_a_folder_take_the_same_path_to_the_same_files(cli, workdi
     assert [row["probability"] for row in batched_top] == pytest.approx(
         [row["probability"] for row in alone_top], abs=1e-6
     )
+
+
+# ----- issue 19: signals held only around the swap, read-only and vanished folders
+
+SLOW_FIGURE = """
+import sys, time
+from pathlib import Path
+from vitcli import interrupts
+from vitcli.jobs import Job, Presentation
+from vitcli.output import Emitter, Messages
+from vitcli.runner import Publisher, Report, Runner
+from vitcli.store import OutputStore
+
+
+class SlowFigure(Job):
+    command = "slow"
+    scope = "model"
+
+    def name(self):
+        return "slow"
+
+    def settings(self):
+        return {}
+
+    def compute_once(self, model):
+        return None
+
+    def present(self, result):
+        def figure():
+            print("drawing", flush=True)
+            time.sleep(120)
+
+        return Presentation("", [], {"x": 1}, figure=figure)
+
+
+interrupts.install()
+publisher = Publisher(OutputStore(Path(sys.argv[1])), "model", Emitter("json", True), Messages(True), {})
+try:
+    Runner(None, publisher, False).run_once([SlowFigure()], Report())
+except interrupts.Terminated:
+    sys.exit(143)
+"""
+
+
+def test_sigterm_while_a_figure_is_drawn_ends_the_run_at_once_with_nothing_half_written(tmp_path):
+    """Presentation and figures are interruptible: SIGTERM during a two-minute figure ends the process at once (it
+    waited for the whole figure while the runner held signals around the publication, tried on purpose), and
+    neither the result's files nor a temporary remain."""
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_FIGURE, str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        assert process.stdout.readline() == "drawing\n", process.stderr.read()
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143
+    folder = tmp_path / "out" / "model" / "model"
+    assert temporaries(tmp_path) == []
+    assert sorted(path.name for path in folder.iterdir()) == [".index.lock"] or not list(folder.iterdir())
+
+
+def test_a_signal_during_the_swap_waits_for_the_callers_record_line(tmp_path, signals_as_exceptions):
+    outputs = OutputStore(tmp_path)
+    folder = outputs.folder("model", "image")
+    recorded = []
+
+    def record(paths):
+        os.kill(os.getpid(), signal.SIGTERM)
+        recorded.append(paths)
+
+    with pytest.raises(interrupts.Terminated):
+        outputs.write(folder, ResultFiles("r", text_files(json="{}", csv="a")), then=record)
+    assert recorded and outputs.is_complete(folder, "r")
+
+
+def test_a_read_only_folder_under_the_output_dir_is_the_real_error_in_one_line(tmp_path):
+    """A read-only mount inside -o holding a temporary a killed process left: its clean-up failed with "internal
+    error (OSError)" and hid the real error; now the write says why, exit 1."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root for a read-only bind mount in a private mount namespace")
+    image = small_image(tmp_path / "a.png", 1)
+    folder = tmp_path / "out" / MODEL_FOLDER / image_subject(image)
+    folder.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (folder / f".predict-k1.json.{store.HOST}.p{int(dead.stdout)}.0a1b2c3d.tmp").write_text("left by kill -9")
+    script = 'mount --bind -o ro "$1" "$1" && exec "$2" predict "$3" --weights random --device cpu -k 1 -o out -q'
+    result = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", str(folder), VITCLI, str(image)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "read-only file system" in one_line(result.stderr) and "internal error" not in result.stderr
+
+
+def test_a_record_whose_folder_vanished_is_a_store_error(tmp_path):
+    outputs = OutputStore(tmp_path / "run")
+    appender = outputs.appender(outputs.folder("records"), "mine.jsonl")
+    appender.append('{"line": 1}')
+    shutil.rmtree(tmp_path / "run")
+    with pytest.raises(store.StoreError, match="was removed while this run was writing it"):
+        appender.append('{"line": 2}')

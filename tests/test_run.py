@@ -43,11 +43,14 @@ def write_config(folder: Path, images: list[Path], text: str = CONFIG) -> Path:
 
 
 def disk_files(root: Path) -> set[str]:
-    """Result files under a run folder, as manifest-relative paths (indexes, locks and the run's own files aside)."""
+    """Result files under a run folder, as manifest-relative paths (indexes, locks, records and the run's own files
+    aside)."""
     return {
         str(path.relative_to(root))
         for path in root.rglob("*")
-        if path.is_file() and path.parent != root and path.name not in ("index.json", ".index.lock")
+        if path.is_file()
+        and path.parent not in (root, root / "records")
+        and path.name not in ("index.json", ".index.lock")
     }
 
 

@@ -102,34 +102,47 @@ class Job(ABC):
     def present(self, result: Any) -> Presentation:
         """The result as table, rows, JSON body, figure and summary."""
 
-    def present_across_images(self, results: list[Any]) -> Presentation | None:
-        """What the results of several images say together (mean and spread, say), or None when nothing does."""
+    @classmethod
+    def present_across_images(cls, documents: list[dict[str, Any]]) -> Presentation | None:
+        """What the stored results of several images say together (mean and spread, say), or None when nothing does.
+
+        `documents` are the `result` bodies of the images' JSON files, as stored: whichever processes, shards or
+        earlier runs computed them, the numbers about the set are the same as a fresh run's. A class method, so that
+        `vitcli merge` can call it for a command without rebuilding the job."""
         return None
 
     @property
     def aggregates(self) -> bool:
-        """Whether the runner should keep this job's results for `present_across_images`."""
-        return type(self).present_across_images is not Job.present_across_images
+        """Whether the runner should publish `present_across_images` of this job's results about the set."""
+        return type(self).present_across_images.__func__ is not Job.present_across_images.__func__  # type: ignore[attr-defined]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "present_across_images" in vars(cls) and "command" in vars(cls):
+            ACROSS_IMAGES[cls.command] = cls
+
+
+# Job classes that sum up several images, by command: `vitcli merge` recomputes their results about the set.
+ACROSS_IMAGES: dict[str, type[Job]] = {}
 
 
 class AcrossImages(Job):
-    """A job's results over a set of images, published as one more result about the set."""
+    """A job's results over a set of images, already presented, published as one more result about the set."""
 
-    def __init__(self, job: Job, results: list[Any]):
-        self.job = job
-        self.results = results
-        self.command = job.command  # type: ignore[misc]  (an instance's command: the job it sums up)
+    def __init__(self, command: str, name: str, settings: dict[str, Any], presentation: Presentation):
+        self.command = command  # type: ignore[misc]  (an instance's command: the job it sums up)
+        self._name = name
+        self._settings = settings
+        self.presentation = presentation
 
     def name(self) -> str:
-        return f"{self.job.name()}-across-images"
+        return self._name
 
     def settings(self) -> dict[str, Any]:
-        return {**self.job.settings(), "images": len(self.results)}
+        return self._settings
 
     def present(self, result: Any) -> Presentation:
-        presentation = self.job.present_across_images(result)
-        assert presentation is not None
-        return presentation
+        return self.presentation
 
 
 # Each image command registers how its own options (everything but the images and the shared options) become Jobs;

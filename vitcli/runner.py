@@ -9,6 +9,7 @@ output) and the run goes on; `fail_fast` stops at the first failure instead.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitcli import interrupts
 from vitcli.errors import VitcliError
 from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
@@ -79,8 +79,15 @@ class Publisher:
         return self.store.folder(self.model_folder, subject)
 
     def publish(
-        self, subject: str, subject_json: dict[str, Any] | None, job: Job, result: Any
+        self,
+        subject: str,
+        subject_json: dict[str, Any] | None,
+        job: Job,
+        result: Any,
+        then: Callable[[list[Path], Presentation], None] | None = None,
     ) -> tuple[list[Path], Presentation]:
+        """Present and write one result, then print it. Presentation, figure and files are interruptible; only the
+        store's swap into place and `then(paths, presentation)` (a batch run's record) hold signals back."""
         presentation = job.present(result)
         document = {
             "provenance": self.provenance,
@@ -100,7 +107,8 @@ class Publisher:
                 content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
             files[suffix] = content
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
-        paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record))
+        stored = None if then is None else lambda paths: then(paths, presentation)
+        paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record), stored)
         if self.announce_files:
             self.messages.info("wrote " + ", ".join(str(path) for path in paths))
         if self.emitter.tidy_csv:
@@ -128,25 +136,27 @@ class Runner:
         model: VitModel,
         publisher: Publisher,
         fail_fast: bool,
-        skip: Callable[[str, str], bool] | None = None,
+        skip: Callable[[str, str, Path | None], bool] | None = None,
     ):
         self.model = model
         self.publisher = publisher
         self.fail_fast = fail_fast
-        self.skip = skip  # (subject, result name) -> whether that result is already complete (resumed runs)
-        self.on_published: Callable[[Published], None] = lambda _published: None
-        self.on_chunk_done: Callable[[], None] = lambda: None
-        self.kept: dict[Job, list[Any]] = {}  # results of jobs that sum up several images, in image order
+        # (subject, result name, image path or None) -> whether that result is already complete (resumed runs)
+        self.skip = skip
+        self.on_published: Callable[[Published], None] = lambda _published: None  # runs with the files in place
+        self.on_failure: Callable[[Failure], None] = lambda _failure: None
+        self.aggregating: dict[str, Job] = {}  # jobs run on images whose results sum up over the set, by name
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
-        steps = _ProgressSteps(progress)
+        steps = ProgressSteps(progress)
         report.images += len(paths)
+        self.aggregating.update({job.name(): job for job in jobs if job.aggregates})
         overall = progress.add_task("images x experiments", total=len(paths) * len(jobs)) if progress else None
         for start in range(0, len(paths), self.model.batch_size):
             todo: dict[Path, list[Job]] = {}
             for path in paths[start : start + self.model.batch_size]:
                 subject = image_subject(path)
-                todo[path] = [job for job in jobs if self.skip is None or not self.skip(subject, job.name())]
+                todo[path] = [job for job in jobs if self.skip is None or not self.skip(subject, job.name(), path)]
                 report.skipped.extend((subject, job.name()) for job in jobs if job not in todo[path])
                 if progress is not None:
                     progress.advance(overall, len(jobs) - len(todo[path]))
@@ -157,26 +167,30 @@ class Runner:
                     self._run_one(job, work, image_subject(path), report)
                     if progress is not None:
                         progress.advance(overall)
-            self.on_chunk_done()
             if unreadable is not None:
                 self.fail(report, unreadable)  # --fail-fast: after the images before it, nothing after it
         return report
 
     def publish_across_images(self, paths: Sequence[Path], report: Report) -> None:
-        """For each job that sums up several images, one more result about the set (when it has two or more)."""
+        """For each job that sums up several images, one more result about the set, computed from the stored results
+        of every image of the set (whichever process computed them), when two or more are stored. Always recomputed:
+        reading the stored results costs little, and any of them may have changed since (a replaced image)."""
         from vitcli.naming import set_subject
 
         subject = set_subject(paths)
         subject_json = {"images": [str(path) for path in paths]}
-        for job, results in self.kept.items():
-            if len(results) > 1 and job.present_across_images(results) is not None:
-                summary = AcrossImages(job, results)
-                self._compute_and_publish(summary, lambda kept=results: kept, subject, subject_json, subject, report)
+        for job in self.aggregating.values():
+            name = f"{job.name()}-across-images"
+            documents = stored_documents(self.publisher, [image_subject(path) for path in paths], job.name())
+            presentation = type(job).present_across_images(documents) if len(documents) > 1 else None
+            if presentation is not None:
+                summary = AcrossImages(job.command, name, {**job.settings(), "images": len(documents)}, presentation)
+                self._compute_and_publish(summary, lambda: None, subject, subject_json, subject, report)
 
     def run_once(self, jobs: Sequence[Job], report: Report) -> None:
         """Jobs about the model alone (compare-patch-size's counts): each once, in the `model` folder."""
         for job in jobs:
-            if self.skip is not None and self.skip(MODEL_SUBJECT, job.name()):
+            if self.skip is not None and self.skip(MODEL_SUBJECT, job.name(), None):
                 report.skipped.append((MODEL_SUBJECT, job.name()))
             else:
                 compute = functools.partial(job.compute_once, self.model)
@@ -210,11 +224,7 @@ class Runner:
 
     def _run_one(self, job: Job, work: ImageWork, subject: str, report: Report) -> None:
         source = work.image.source
-        result = self._compute_and_publish(
-            job, lambda: job.compute(work), subject, source.to_json(), str(source.path), report
-        )
-        if result is not None and job.aggregates:
-            self.kept.setdefault(job, []).append(result)
+        self._compute_and_publish(job, lambda: job.compute(work), subject, source.to_json(), str(source.path), report)
 
     def _compute_and_publish(
         self,
@@ -224,28 +234,29 @@ class Runner:
         subject_json: dict[str, Any] | None,
         failure_subject: str,
         report: Report,
-    ) -> Any:
-        """Compute one result, publish it and record it; its result, or None when it failed (reported)."""
+    ) -> None:
+        """Compute one result, publish it and record it; a failure is reported and the run goes on."""
         started = time.perf_counter()
+
+        def stored(paths: list[Path], presentation: Presentation) -> None:
+            # With the files in place and indexed, before a held-back signal: the run's record of them.
+            timing = (computed - started, time.perf_counter() - computed)
+            published = Published(subject, subject_json, job, paths, *timing, presentation.summary)
+            self.on_published(published)
+            report.published.append(published)
+
         try:
             result = compute()
             computed = time.perf_counter()
-            # Published files, the printed result and the run's record of it go together, even on SIGTERM.
-            with interrupts.deferred():
-                paths, presentation = self.publisher.publish(subject, subject_json, job, result)
-                timing = (computed - started, time.perf_counter() - computed)
-                published = Published(subject, subject_json, job, paths, *timing, presentation.summary)
-                report.published.append(published)
-                self.on_published(published)
+            self.publisher.publish(subject, subject_json, job, result, stored)
         except StoreError:
             raise  # a full disk or a read-only folder fails every image after it too: stop with one line
         except VitcliError as error:
             self.fail(report, Failure(failure_subject, job.name(), str(error)))
-            return None
-        return result
 
     def fail(self, report: Report, failure: Failure) -> None:
         report.failures.append(failure)
+        self.on_failure(failure)
         line = failure.message if failure.subject in failure.message else f"{failure.subject}: {failure.message}"
         if self.fail_fast:
             raise VitcliError(f"{line} (stopped by --fail-fast)")
@@ -253,7 +264,21 @@ class Runner:
         self.publisher.emitter.failure(failure.subject, failure.message)
 
 
-class _ProgressSteps(Steps):
+def stored_documents(publisher: Publisher, subjects: Sequence[str], name: str) -> list[dict[str, Any]]:
+    """The `result` bodies of result `name` stored for `subjects`, in that order; only files whose folder's index
+    lists them with a matching hash count."""
+    documents = []
+    for subject in subjects:
+        folder = publisher.store.root / publisher.model_folder / subject
+        if publisher.store.is_complete(folder, name):
+            try:
+                documents.append(json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))["result"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # indexed but not a result document: counted as missing, like a failed image
+    return documents
+
+
+class ProgressSteps(Steps):
     """A job's inner steps as a transient bar under the overall one."""
 
     def __init__(self, progress: Any):

@@ -76,10 +76,20 @@ class RunConfig:
             "name": self.name,
             "images": images,
             "target": self.target,
-            "model": {**_plain(self.model_options), **_plain(_only(overrides, MODEL_KEYS.values()))},
+            "model": {**_plain(self.model_options_under(overrides)), **_plain(_only(overrides, MODEL_KEYS.values()))},
             "output_dir": str(overrides.get("output_dir", self.output_dir)),
             "experiments": [{"command": item.command, **_plain(item.options)} for item in self.experiments],
         }
+
+    def model_options_under(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The config's model options, less those a typed option replaces: `--weights random` replaces the config's
+        checkpoint and `--checkpoint` its `weights = "random"`, since each names the source of the weights."""
+        options = dict(self.model_options)
+        if str(getattr(overrides.get("weights"), "value", overrides.get("weights"))) == "random":
+            options.pop("checkpoint", None)
+        if overrides.get("checkpoint") is not None and "weights" not in overrides:
+            options.pop("weights", None)
+        return options
 
     def identity(self, model_identity: dict[str, Any]) -> str:
         """What makes two runs mergeable: the same experiments on the same model and weights."""
@@ -134,7 +144,7 @@ def load_config(path: Path) -> RunConfig:
         name=name,
         images=[os.path.normpath(base / image) for image in images],
         model_options=model_options,
-        output_dir=None if "dir" not in output else str(base / _string(output["dir"], "output.dir")),
+        output_dir=None if "dir" not in output else str(base / _folder(output["dir"], "output.dir")),
         target=None if target is None else str(target),
         experiments=experiments,
         text=text,
@@ -234,6 +244,13 @@ def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise UsageError(f"{where}: must be a string")
+    return value
+
+
+def _folder(value: Any, where: str) -> str:
+    """A folder name: empty text is refused, as `-o ''` is (it would silently mean the config's own folder)."""
+    if not _string(value, where).strip():
+        raise UsageError(f"{where}: is empty: give a folder name (relative to the config file), or leave the key out")
     return value
 
 

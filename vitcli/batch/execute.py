@@ -1,23 +1,27 @@
 """Running a config in one process: the model loads once, each image is decoded and preprocessed once, the clean
 forward runs once per batch of images and every experiment shares it.
 
-Results land in OUTPUT/RUN_NAME/ (the same files the single commands write) with manifest.json and summary.csv,
-written after every batch of images and when the run ends or is interrupted. Re-running the same config skips the
-(image, experiment) pairs that the manifest lists and whose files the store finds complete, unless `force`.
+Results land in OUTPUT/RUN_NAME/ (the same files the single commands write). Each result is appended to this
+process's record (vitcli.batch.record) as it is published; manifest.json and summary.csv are views of every record
+in the folder, written when the run ends or is interrupted. Re-running the same config skips the (image, experiment)
+pairs that any record of the folder lists, whose image still has the recorded SHA-256 and whose files the store finds
+complete, unless `force`.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.batch.config import RunConfig, located
-from vitcli.batch.manifest import Manifest, merge, read_manifests, stem, summary_frame
-from vitcli.errors import UsageError, VitcliError
-from vitcli.naming import safe_name
-from vitcli.output import json_text
-from vitcli.store import OutputStore, ResultFiles
+from vitcli.batch.manifest import Manifest, stem, summary_frame
+from vitcli.batch.record import Record, RecordWriter, read_record
+from vitcli.batch.views import ACROSS, VIEWS_LOCK, merge_runs, record_view, stored_document, write_views
+from vitcli.errors import UsageError
+from vitcli.hashing import file_sha256
+from vitcli.naming import MODEL_SUBJECT, image_subject, safe_name, set_subject
+from vitcli.store import OutputStore
 
 if TYPE_CHECKING:
     from vitcli.context import CommandContext
@@ -47,67 +51,146 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     image_jobs = [job for job in jobs if job.scope == "image"]
     report = Report()
     paths = context.images(arguments or config.images, report)
+    root = OutputStore(context.output_dir).folder(safe_name(config.name, "run"))
     model = context.model()
-    root = context.output_dir / safe_name(config.name, "run")
     provenance = context.provenance(model)
     shard = f"{context.shard.index}/{context.shard.count}" if context.shard else None
     identity = config.identity({"model": model.name, "parameters_sha256": model.parameter_sha256})
+    warn = _once(context.messages.warn)  # the record is read at the start and again for the views
     publisher = context.publisher(provenance, store_root=root)
     publisher.announce_files = False
     store = publisher.store
-    manifest = _resume(root, shard, identity, force) or Manifest(
-        config.name, identity, config.as_run(context.explicit_options, [str(path) for path in paths]), provenance, shard
-    )
-
-    def complete(subject: str, name: str) -> bool:
-        return manifest.has(subject, name) and store.is_complete(publisher.folder(subject), name)
-
-    def save() -> None:
-        manifest.failures = []
-        for failure in report.failures:
-            manifest.fail(failure)
-        save_manifest(store, root, manifest)
-
-    runner = Runner(model, publisher, context.fail_fast, skip=complete)
-    runner.on_published = lambda published: manifest.add(published, root)
-    runner.on_chunk_done = save
+    record = _earlier_record(store, root, identity, force, warn)
+    run_line = {
+        "name": config.name,
+        "identity": identity,
+        "shard": shard,
+        "config": config.as_run(context.explicit_options, [str(path) for path in paths]),
+        "provenance": provenance,
+        "result_names": [job.name() for job in jobs],
+    }
+    writer = RecordWriter(store, run_line)
+    runner = Runner(model, publisher, context.fail_fast, skip=None if force else _done(record, root))
+    runner.on_published = lambda published: writer.result(published, root)
+    runner.on_failure = writer.failure
+    for failure in report.failures:  # arguments that named no image, before the runner existed
+        writer.failure(failure)
+    subjects = {image_subject(path) for path in paths} | {MODEL_SUBJECT, set_subject(paths)} if shard else None
     try:
         runner.run_once([job for job in jobs if job.scope == "model"], report)
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
         runner.publish_across_images(paths, report)
-    finally:
-        save()
+    except BaseException:
+        writer.close()
+        _views_after_failure(store, root, shard, subjects, warn)
+        raise
+    writer.close()
+    with store.exclusive(VIEWS_LOCK):
+        manifest = record_view(read_record(root, warn), shard, subjects)
+        write_views(store, manifest)
     if report.skipped:
-        context.messages.info(f"skipped {len(report.skipped)} results already complete (use --force to redo them)")
-    context.emitter.table(summary_table(manifest, root))
+        count = len(report.skipped)
+        context.messages.info(
+            f"skipped {count} result{'' if count == 1 else 's'} already complete (use --force to redo them)"
+        )
+    table, left_out = summary_table(manifest, root)
+    context.emitter.table(table)
+    if left_out:
+        context.messages.info(
+            f"the table leaves out {len(left_out)} columns (all in summary.csv): {', '.join(left_out)}"
+        )
     context.messages.info(f"wrote {root / (stem('manifest', shard) + '.json')} and {stem('summary', shard)}.csv")
     return report
 
 
-def summary_table(manifest: Manifest, root: Path) -> Any:
+def _once(warn: Callable[[str], None]) -> Callable[[str], None]:
+    said: set[str] = set()
+
+    def warn_once(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            warn(text)
+
+    return warn_once
+
+
+def _earlier_record(store: OutputStore, root: Path, identity: str, force: bool, warn: Callable[[str], None]) -> Record:
+    """What earlier processes recorded in this run folder. Records of another config or model are refused, or, with
+    --force, removed (the run starts afresh)."""
+    record = read_record(root, warn)
+    others = [run for run in record.runs if run["identity"] != identity]
+    if others and not force:
+        raise UsageError(
+            f"{root} holds a run of another config or model: choose another `name` in the config, another "
+            "--output-dir, or pass --force to start it afresh"
+        )
+    if others:
+        for run in others:
+            store.remove(run["file"])
+        record = read_record(root, warn)
+    return record
+
+
+def _done(record: Record, root: Path) -> Any:
+    """Whether a result is complete: recorded by any process, on an image whose bytes still have the recorded
+    SHA-256, with files the store finds complete."""
+    hashes: dict[Path, str | None] = {}
+
+    def complete(subject: str, name: str, image: Path | None) -> bool:
+        line = record.results.get((subject, name))
+        if line is None or not line["files"]:
+            return False
+        if image is not None:
+            if image not in hashes:
+                try:
+                    hashes[image] = file_sha256(image)
+                except OSError:
+                    hashes[image] = None
+            if hashes[image] != line["image_sha256"]:
+                return False
+        folder = (root / line["files"][0]).parent
+        return OutputStore(root).is_complete(folder, name)
+
+    return complete
+
+
+def _views_after_failure(
+    store: OutputStore, root: Path, shard: str | None, subjects: set[str] | None, warn: Callable[[str], None]
+) -> None:
+    """On an interrupt or a failure: the views of what was recorded, best effort (the error in flight is the one to
+    report; a second signal stops this too, leaving the earlier views whole)."""
+    try:
+        with store.exclusive(VIEWS_LOCK):
+            write_views(store, record_view(read_record(root, warn), shard, subjects))
+    except Exception:  # noqa: BLE001  (a read-only or vanished folder: the error in flight already says so)
+        return
+
+
+def summary_table(manifest: Manifest, root: Path) -> tuple[Any, list[str]]:
     """summary.csv as a rich table, numbers to 4 significant digits: one column per image when there are a few
-    (the headline numbers read down), else the first columns of one row per image (all of them in summary.csv)."""
+    (the headline numbers read down), else the first columns of one row per image; and the columns left out."""
     from rich.table import Table
 
     from vitcli.render import weights_caption
 
-    frame = summary_frame(manifest.results).drop(columns=["image_sha256"])
+    frame = summary_frame(manifest.results, manifest.result_names).drop(columns=["image_sha256"])
     caption = weights_caption(manifest.provenance["weights_label"])
-    table = Table(title=f"{root}: {len(frame)} images (all numbers in summary.csv)", caption=caption)
+    images = f"{len(frame)} image{'' if len(frame) == 1 else 's'}"
+    table = Table(title=f"{root}: {images} (all numbers in summary.csv)", caption=caption)
     if len(frame) <= FEW_IMAGES:
         table.add_column("")
         for image in frame["image"]:
             table.add_column(Path(image).name, justify="right")
         for column in frame.columns[1:]:
             table.add_row(str(column), *(_cell(value) for value in frame[column]))
-        return table
+        return table, []
     shown = list(frame.columns[: 1 + FEW_COLUMNS])
     for column in shown:
         table.add_column(str(column), justify="left" if column == "image" else "right")
     for row in frame[shown].itertuples(index=False):
         table.add_row(*(_cell(value) for value in row))
-    return table
+    return table, [str(column) for column in frame.columns[1 + FEW_COLUMNS :]]
 
 
 def _cell(value: Any) -> str:
@@ -116,33 +199,40 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _resume(root: Path, shard: str | None, identity: str, force: bool) -> Manifest | None:
-    path = root / f"{stem('manifest', shard)}.json"
-    if force or not path.is_file():
-        return None
-    try:
-        manifest = Manifest.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, VitcliError):
-        return None
-    if manifest.identity != identity:
-        raise UsageError(
-            f"{root} holds a run of another config or model: choose another `name` in the config, another "
-            "--output-dir, or pass --force to start it afresh"
-        )
-    manifest.failures = []
-    return manifest
+def merge_folders(context: CommandContext, folders: list[Path], into: Path) -> tuple[Manifest, list[Path]]:
+    """`vitcli merge`: the runs' records (or manifests) as one manifest and summary in `into`, with each job's result
+    about the whole image set recomputed from every image's stored result."""
+
+    def publish_set(merged: Manifest) -> list[dict[str, Any]]:
+        return _across_images(context, merged, into)
+
+    return merge_runs(folders, into, context.messages.warn, publish_set)
 
 
-def save_manifest(store: OutputStore, root: Path, manifest: Manifest) -> list[Path]:
-    """manifest.json, then summary.csv, each published through the store (whole or not at all)."""
-    folder = store.folder()
-    manifest_text = json_text(manifest.to_json()) + "\n"
-    written = store.write(folder, ResultFiles(stem("manifest", manifest.shard), {"json": manifest_text}))
-    summary_text = summary_frame(manifest.results).to_csv(index=False)
-    return written + store.write(folder, ResultFiles(stem("summary", manifest.shard), {"csv": summary_text}))
+def _across_images(context: CommandContext, merged: Manifest, into: Path) -> list[dict[str, Any]]:
+    from vitcli.batch.record import result_entry
+    from vitcli.jobs import ACROSS_IMAGES, AcrossImages
+    from vitcli.runner import Published, Publisher
 
-
-def merge_runs(folders: list[Path], into: Path) -> tuple[Manifest, list[Path]]:
-    manifests = [item for folder in folders for item in read_manifests(folder)]
-    merged = merge(manifests, into)
-    return merged, save_manifest(OutputStore(into), into, merged)
+    by_experiment: dict[str, list[dict[str, Any]]] = {}
+    for entry in merged.results:
+        if entry["image"] and entry["command"] in ACROSS_IMAGES:
+            by_experiment.setdefault(entry["experiment"], []).append(entry)
+    entries = []
+    for name, results in by_experiment.items():
+        results.sort(key=lambda entry: entry["image"])
+        documents = [document for entry in results if (document := stored_document(into, entry)) is not None]
+        job_class = ACROSS_IMAGES[results[0]["command"]]
+        presentation = job_class.present_across_images(documents) if len(documents) > 1 else None
+        if presentation is None:
+            continue
+        model_folder = Path(results[0]["files"][0]).parent.parent.name
+        publisher = Publisher(OutputStore(into), model_folder, context.emitter, context.messages, merged.provenance)
+        publisher.announce_files = False
+        images = [Path(entry["image"]) for entry in results]
+        settings = {**results[0]["settings"], "images": len(documents)}
+        job = AcrossImages(results[0]["command"], f"{name}{ACROSS}", settings, presentation)
+        subject = set_subject(images)
+        paths, _ = publisher.publish(subject, {"images": [str(image) for image in images]}, job, None)
+        entries.append(result_entry(Published(subject, None, job, paths, 0.0, 0.0, presentation.summary), into))
+    return entries

@@ -1,21 +1,27 @@
-"""A run's manifest (what was run, on what, which files, how long, what failed) and its summary table.
+"""A run's manifest (what was run, on what, which files, how long, what failed) and its summary table: views of the
+run's record (vitcli.batch.record), built at the end of a run, on interrupt and by `vitcli merge`.
 
 manifest.json:
     {"vitcli_manifest": 1, "name", "identity" (config + model hash: runs with equal identity can be merged),
-     "config" (as run, after command-line overrides), "provenance", "shard" ("K/N" or null),
+     "config" (the latest invocation's config as run, after command-line overrides; `images` covers every
+     invocation in the view), "provenance" (the latest invocation's), "shard" ("K/N" or null),
+     "runs": [{"started", "host", "pid", "shard", "command", "images"}] (every invocation, oldest first),
+     "result_names": [result names in configured order],
      "results": [{"image", "image_sha256", "subject", "experiment", "command", "settings", "files",
                   "compute_seconds", "write_seconds", "summary"}],
      "failures": [{"image", "experiment", "error"}],
      "timings": {experiment: {"results", "compute_seconds", "write_seconds"}}}
 `files` are relative to the manifest's folder. summary.csv has one row per image (sorted by image path): `image`,
-`image_sha256`, then each experiment's headline numbers; a command configured more than once prefixes its columns
-with the result name (`attention-b4-h1-q74.attention_cls_weight`).
+`image_sha256`, then each experiment's headline numbers, experiments in configured order (else in natural order:
+block 6 before block 12); a command configured more than once prefixes its columns with the result name
+(`attention-b4-h1-q74.attention_cls_weight`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +32,20 @@ from vitcli.errors import UsageError, VitcliError
 if TYPE_CHECKING:
     import pandas
 
-    from vitcli.runner import Failure, Published
-
 VERSION = 1
+RESULT_KEYS = {
+    "image": (str, type(None)),
+    "image_sha256": (str, type(None)),
+    "subject": str,
+    "experiment": str,
+    "command": str,
+    "settings": dict,
+    "files": list,
+    "compute_seconds": (int, float),
+    "write_seconds": (int, float),
+    "summary": dict,
+}
+FAILURE_KEYS = {"image": str, "experiment": (str, type(None)), "error": str}
 
 
 def stem(kind: str, shard: str | None) -> str:
@@ -37,6 +54,26 @@ def stem(kind: str, shard: str | None) -> str:
         return kind
     index, count = shard.split("/")
     return f"{kind}-shard{index}of{count}"
+
+
+def shape_problem(data: Any, keys: dict[str, Any]) -> str | None:
+    """What is wrong with one entry's shape, as `key: must be ...`, or None."""
+    if not isinstance(data, dict):
+        return "must be an object"
+    for key, kinds in keys.items():
+        if key not in data:
+            return f"{key}: missing"
+        if not isinstance(data[key], kinds) or isinstance(data[key], bool) and kinds == (int, float):
+            return f"{key}: must be {_kind_words(kinds)}, not {type(data[key]).__name__}"
+    if "files" in keys and not all(isinstance(file, str) for file in data["files"]):
+        return "files: must be a list of file paths"
+    return None
+
+
+def _kind_words(kinds: Any) -> str:
+    words = {str: "text", dict: "an object", list: "a list", int: "a number", type(None): "null"}
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    return " or ".join(dict.fromkeys(words[kind] for kind in kinds if kind is not float))
 
 
 @dataclass
@@ -48,19 +85,36 @@ class Manifest:
     shard: str | None
     results: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    result_names: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Manifest:
+    def from_json(cls, data: Any, path: Path | str = "manifest") -> Manifest:
+        """A manifest read from `path`, every key's shape checked: a wrong one is one line naming file and key."""
         if not isinstance(data, dict) or data.get("vitcli_manifest") != VERSION:
-            raise VitcliError("not a vitcli run manifest (version 1)")
+            raise VitcliError(f"{path} is not a vitcli run manifest (version 1)")
+        expected = {"name": str, "identity": str, "config": dict, "provenance": dict, "shard": (str, type(None))}
+        for key, problem in [(None, shape_problem(data, expected))] + [
+            (key, None if isinstance(data.get(key, []), list) else "must be a list")
+            for key in ("results", "failures", "runs", "result_names")
+        ]:
+            if problem:
+                raise VitcliError(f"{path}: {key + ': ' if key else ''}{problem}")
+        for key, keys in (("results", RESULT_KEYS), ("failures", FAILURE_KEYS)):
+            for number, entry in enumerate(data.get(key, [])):
+                problem = shape_problem(entry, keys)
+                if problem:
+                    raise VitcliError(f"{path}: {key}[{number}].{problem}")
         return cls(
             data["name"],
             data["identity"],
             data["config"],
             data["provenance"],
-            data.get("shard"),
+            data["shard"],
             list(data.get("results", [])),
             list(data.get("failures", [])),
+            list(data.get("runs", [])),
+            [str(name) for name in data.get("result_names", [])],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -71,41 +125,12 @@ class Manifest:
             "shard": self.shard,
             "config": self.config,
             "provenance": self.provenance,
+            "runs": self.runs,
+            "result_names": self.result_names,
             "results": self.results,
             "failures": self.failures,
             "timings": timings(self.results),
         }
-
-    def has(self, subject: str, experiment: str) -> bool:
-        return any(entry["subject"] == subject and entry["experiment"] == experiment for entry in self.results)
-
-    def add(self, published: Published, root: Path) -> None:
-        """Record one published result (replacing an older entry of the same image and experiment)."""
-        image = published.image or {}
-        entry = {
-            "image": image.get("path"),
-            "image_sha256": image.get("sha256"),
-            "subject": published.subject,
-            "experiment": published.job.name(),
-            "command": published.job.command,
-            "settings": published.job.settings(),
-            "files": [os.path.relpath(path, root) for path in published.files],
-            "compute_seconds": round(published.compute_seconds, 4),
-            "write_seconds": round(published.write_seconds, 4),
-            "summary": published.summary,
-        }
-        self.results = [
-            old
-            for old in self.results
-            if (old["subject"], old["experiment"]) != (entry["subject"], entry["experiment"])
-        ]
-        self.results.append(entry)
-        self.failures = [
-            old for old in self.failures if (old["image"], old["experiment"]) != (entry["image"], entry["experiment"])
-        ]
-
-    def fail(self, failure: Failure) -> None:
-        self.failures.append({"image": failure.subject, "experiment": failure.job, "error": failure.message})
 
 
 def timings(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -119,22 +144,48 @@ def timings(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return totals
 
 
-def summary_frame(results: list[dict[str, Any]]) -> pandas.DataFrame:
-    """One row per image, sorted by path; results about the model alone (no image) are left out."""
+def natural_key(text: str) -> list[Any]:
+    """`attention-b6` before `attention-b12`: digits compare as numbers."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part]
+
+
+def result_order(results: list[dict[str, Any]], configured: list[str] | None = None) -> dict[str, int]:
+    """Each result name's place: as configured, then the others in natural order."""
+    names = sorted({entry["experiment"] for entry in results}, key=natural_key)
+    configured = [name for name in configured or [] if name in set(names)]
+    ordered = configured + [name for name in names if name not in set(configured)]
+    return {name: place for place, name in enumerate(ordered)}
+
+
+def summary_frame(results: list[dict[str, Any]], configured: list[str] | None = None) -> pandas.DataFrame:
+    """One row per image, sorted by path; columns by experiment (as configured, else naturally ordered); results
+    about the model alone (no image) are left out."""
     import pandas
 
     per_image = [entry for entry in results if entry.get("image")]
     repeated = Counter(command for command in {(e["command"], e["experiment"]) for e in per_image})
     commands = Counter(command for command, _ in repeated)
+    order = result_order(per_image, configured)
+    columns: dict[str, None] = {}
     rows: dict[str, dict[str, Any]] = {}
-    for entry in sorted(per_image, key=lambda item: item["experiment"]):
+    for entry in sorted(per_image, key=lambda item: order[item["experiment"]]):
         row = rows.setdefault(entry["image"], {"image": entry["image"], "image_sha256": entry["image_sha256"]})
         prefix = f"{entry['experiment']}." if commands[entry["command"]] > 1 else ""
-        row.update({f"{prefix}{key}": value for key, value in entry["summary"].items()})
-    frame = pandas.DataFrame(list(rows.values()))
-    if frame.empty:
+        values = {f"{prefix}{key}": value for key, value in entry["summary"].items()}
+        row.update(values)
+        columns.update(dict.fromkeys(values))
+    if not rows:
         return pandas.DataFrame(columns=["image", "image_sha256"])
+    frame = pandas.DataFrame(list(rows.values()), columns=["image", "image_sha256", *columns])
     return frame.sort_values("image", kind="stable").reset_index(drop=True)
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise VitcliError(f"cannot read {path}: {error}") from error
+    return Manifest.from_json(data, path)
 
 
 def read_manifests(folder: Path) -> list[tuple[Path, Manifest]]:
@@ -142,36 +193,34 @@ def read_manifests(folder: Path) -> list[tuple[Path, Manifest]]:
     found = sorted(folder.glob("manifest*.json"))
     if not found:
         raise UsageError(f"{folder} holds no manifest*.json: give the folder of a `vitcli run` (OUTPUT/RUN_NAME)")
-    manifests = []
-    for path in found:
-        try:
-            manifests.append((path, Manifest.from_json(json.loads(path.read_text(encoding="utf-8")))))
-        except (ValueError, KeyError, VitcliError) as error:
-            raise VitcliError(f"cannot read {path}: {error}") from error
-    return manifests
+    return [(path, read_manifest(path)) for path in found]
 
 
 def merge(manifests: list[tuple[Path, Manifest]], into: Path) -> Manifest:
     """One manifest from runs of the same config and model; file paths rebased onto `into`."""
-    (first_path, first), *others = manifests
-    for path, other in others:
-        if other.identity != first.identity:
-            raise UsageError(
-                f"cannot merge {path} with {first_path}: they ran different configs or models "
-                f"({other.provenance.get('model')} vs {first.provenance.get('model')}); merge runs of one config only"
-            )
+    from vitcli.batch.views import check_mergeable, combined_config
+
+    check_mergeable([(path, manifest.identity, manifest.config, manifest.provenance) for path, manifest in manifests])
+    first = manifests[-1][1]
     merged = Manifest(first.name, first.identity, first.config, first.provenance, None)
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    failures: list[dict[str, Any]] = []
     for path, manifest in manifests:
         for entry in manifest.results:
             rebased = [os.path.relpath(path.parent / file, into) for file in entry["files"]]
-            merged.results = [
-                old
-                for old in merged.results
-                if (old["subject"], old["experiment"]) != (entry["subject"], entry["experiment"])
-            ]
-            merged.results.append({**entry, "files": rebased})
-        merged.failures.extend(manifest.failures)
-    done = {(entry["image"], entry["experiment"]) for entry in merged.results}
-    merged.failures = [failure for failure in merged.failures if (failure["image"], failure["experiment"]) not in done]
-    merged.results.sort(key=lambda entry: (entry["image"] or "", entry["experiment"]))
+            results[entry["subject"], entry["experiment"]] = {**entry, "files": rebased}
+        failures.extend(manifest.failures)
+        merged.runs.extend(manifest.runs)
+        merged.result_names += [name for name in manifest.result_names if name not in merged.result_names]
+    merged.config = combined_config([manifest.config for _, manifest in manifests], into)
+    done = {(entry["image"], entry["experiment"]) for entry in results.values()}
+    images_done = {image for image, _ in done}
+    merged.failures = [
+        failure
+        for failure in failures
+        if (failure["image"], failure["experiment"]) not in done
+        and (failure["experiment"] is not None or failure["image"] not in images_done)
+    ]
+    order = result_order(list(results.values()), merged.result_names)
+    merged.results = sorted(results.values(), key=lambda entry: (entry["image"] or "", order[entry["experiment"]]))
     return merged

@@ -134,12 +134,13 @@ class AblateJob(Job):
 
         return Presentation.of(view, result)
 
-    def present_across_images(self, results: list[Any]) -> Presentation | None:
+    @classmethod
+    def present_across_images(cls, documents: list[dict[str, Any]]) -> Presentation | None:
         """Per ablation: the mean change of each image's target and the fraction of images whose top-1 changed."""
         from vitcli.experiments.ablation import ablation_spread
         from vitcli.presentation import ablation as view
 
-        spread = ablation_spread(results)
+        spread = ablation_spread(documents)
         return Presentation(
             view.spread_table(spread),
             view.spread_rows(spread),

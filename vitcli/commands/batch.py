@@ -40,7 +40,7 @@ def run_command(
     from vitcli.batch.execute import execute
 
     loaded = load_config(config)
-    settings: dict[str, Any] = {**context.option_values, **loaded.model_options}
+    settings: dict[str, Any] = {**context.option_values, **loaded.model_options_under(context.explicit_options)}
     if loaded.output_dir is not None:
         settings["output_dir"] = Path(loaded.output_dir)
     settings.update(context.explicit_options)
@@ -73,15 +73,17 @@ def merge_command(
     ] = None,
 ) -> None:
     """Combine the manifests and summaries of shards (or of any runs of one config) into one."""
-    from vitcli.batch.execute import merge_runs
+    from vitcli.batch.execute import merge_folders
+    from vitcli.errors import UsageError
 
     collector.settle()
     for folder in runs:
         if not folder.is_dir():
-            from vitcli.errors import UsageError
-
             raise UsageError(f"{folder} is not a folder")
-    merged, written = merge_runs(runs, into or runs[0])
+    if into is not None and (into.exists() and not into.is_dir() or not str(into).strip()):
+        raise UsageError(f"--into {into} is {'empty' if not str(into).strip() else 'a file'}: give a folder")
+    context.emitter.show_tables = False
+    merged, written = merge_folders(context, runs, into or runs[0])
     images = len({entry["image"] for entry in merged.results if entry["image"]})
     context.messages.info(
         f"merged {len(merged.results)} results of {images} images; wrote " + ", ".join(map(str, written))

@@ -202,9 +202,13 @@ class ExplainJob(Job):
             summary=view.summary(result),
         )
 
-    def present_across_images(self, results: list[Any]) -> Presentation | None:
+    @classmethod
+    def present_across_images(cls, documents: list[dict[str, Any]]) -> Presentation | None:
         """Over several images: each method's mean and spread of both faithfulness AUCs (with --faithfulness) and
-        of every audit score, ranked per score. Computed from each image's JSON body alone."""
+        of every audit score, ranked per score; from the stored results' JSON bodies alone (the spread reads each
+        method's and the random baseline's AUCs only)."""
+        from types import SimpleNamespace as Stored
+
         from rich.console import Group
 
         from vitcli.experiments.faithfulness import faithfulness_spread
@@ -212,20 +216,32 @@ class ExplainJob(Job):
         from vitcli.presentation import explain_audit
         from vitcli.presentation.faithfulness import spread_figure
 
-        curves = [result.faithfulness for result in results if result.faithfulness is not None]
-        ranking = explain_audit.score_ranking([view.document(result) for result in results])
+        def aucs(item: dict[str, Any], method: str | None = None) -> Stored:
+            auc = [Stored(auc=float(item[key]["auc"])) for key in ("deletion", "insertion")]
+            return Stored(method=method, deletion=auc[0], insertion=auc[1])
+
+        curves = [
+            Stored(
+                methods=[aucs(item, item["method"]) for item in body["faithfulness"]["methods"]],
+                random=aucs(body["faithfulness"]["random"]) if body["faithfulness"].get("random") else None,
+            )
+            for body in documents
+            if body.get("faithfulness")
+        ]
+        ranking = explain_audit.score_ranking(documents)
         if not curves and not ranking:
             return None
-        spreads = faithfulness_spread(curves)
+        spreads = faithfulness_spread(curves)  # type: ignore[arg-type]
         tables = ([view.spread_table(spreads)] if curves else []) + (
             [explain_audit.ranking_table(ranking)] if ranking else []
         )
-        document: dict[str, Any] = {"images": len(results)}
+        document: dict[str, Any] = {"images": len(documents)}
         if curves:
             document |= {"images": len(curves), "methods": view.spread_rows(spreads)}
         if ranking:
             document["audit_scores"] = ranking
-        figure = (lambda: spread_figure(spreads, results[0].weights_label)) if curves else None
+        weights = documents[0]["weights"]
+        figure = (lambda: spread_figure(spreads, weights)) if curves else None
         return Presentation(Group(*tables), view.spread_rows(spreads) + ranking, document, figure=figure)
 
 

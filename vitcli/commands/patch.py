@@ -153,7 +153,7 @@ def patch_command(
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
     from vitcli.experiments.patching import patch_images
-    from vitcli.runner import _ProgressSteps, progress_display
+    from vitcli.runner import ProgressSteps, progress_display
 
     chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
     chosen_methods = [method.value for method in (methods or [Method.activation])]
@@ -164,7 +164,7 @@ def patch_command(
     clean, corrupt = model.prepare(clean_path), model.prepare(corrupt_path)
     with progress_display(context.show_progress(1)) as progress:
         result = patch_images(
-            model, clean, corrupt, job.sites, job.methods, job.target, job.contrast, _ProgressSteps(progress)
+            model, clean, corrupt, job.sites, job.methods, job.target, job.contrast, ProgressSteps(progress)
         )
     subject = {"clean": clean.source.to_json(), "corrupt": corrupt.source.to_json()}
     context.publish([(job, result, set_subject([clean_path, corrupt_path]), subject)], context.provenance(model))

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -253,21 +254,23 @@ class AblationSpreads:
     spreads: list[AblationSpread]
 
 
-def ablation_spread(results: Sequence[AblationResult]) -> AblationSpreads:
-    """Per ablation, the mean change of each image's target and the fraction of images whose top-1 changed."""
-    first = results[0]
+def ablation_spread(documents: Sequence[dict[str, Any]]) -> AblationSpreads:
+    """Per ablation, the mean change of each image's target and the fraction of images whose top-1 changed, from the
+    images' stored JSON bodies (so resumed and sharded runs give a fresh run's numbers)."""
+    first = documents[0]
     spreads = []
-    for index, ablation in enumerate(outcome.ablation for outcome in first.outcomes):
-        outcomes = [result.outcomes[index] for result in results]
+    for index, row in enumerate(first["ablations"]):
+        outcomes = [document["ablations"][index] for document in documents]
         spreads.append(
             AblationSpread(
-                ablation,
+                Ablation(row["block"], row["site"], row["head"]),
                 len(outcomes),
-                sum(outcome.logit_change for outcome in outcomes) / len(outcomes),
-                sum(outcome.probability_change for outcome in outcomes) / len(outcomes),
-                sum(outcome.top1_changed for outcome in outcomes) / len(outcomes),
+                sum(outcome["logit_change"] for outcome in outcomes) / len(outcomes),
+                sum(outcome["probability_change"] for outcome in outcomes) / len(outcomes),
+                sum(bool(outcome["top1_changed"]) for outcome in outcomes) / len(outcomes),
             )
         )
-    references = sorted({result.reference for result in results})
-    reference = references[0] if len(references) == 1 else f"{first.mode}: a reference image per image"
-    return AblationSpreads(first.weights_label, first.mode, reference, first.depth, first.num_heads, spreads)
+    references = sorted({document["reference"] for document in documents})
+    reference = references[0] if len(references) == 1 else f"{first['mode']}: a reference image per image"
+    shape = first["model"]
+    return AblationSpreads(first["weights"], first["mode"], reference, shape["blocks"], shape["heads"], spreads)

@@ -84,6 +84,7 @@ def document(result: AblationResult) -> dict[str, Any]:
         "definition": _definition(result.mode, result.reference),
         "mode": result.mode,
         "reference": result.reference,
+        "model": {"blocks": result.depth, "heads": result.num_heads},
         "target": {
             "class_index": result.target.index,
             "label": result.target.label,

@@ -1,0 +1,158 @@
+"""manifest.json and summary.csv as views of a run's record: built at the end of a run (and on interrupt) and by
+`vitcli merge`, which also recomputes the results about the whole image set."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vitcli.batch.manifest import Manifest, merge, read_manifests, result_order, stem, summary_frame
+from vitcli.batch.record import Record, read_record, record_files
+from vitcli.errors import UsageError
+from vitcli.output import json_text
+from vitcli.store import OutputStore, ResultFiles, read_index
+
+ACROSS = "-across-images"
+VIEWS_LOCK = ".views.lock"  # processes sharing a run folder build its views one at a time
+
+
+def record_view(record: Record, shard: str | None, subjects: set[str] | None = None) -> Manifest:
+    """The manifest of a record: every result, or those about `subjects` (a shard's images, the model, its set), and
+    the failures no later result made obsolete. `config` and `provenance` are the latest invocation's."""
+    runs = [run for run in record.runs if shard is None or run["shard"] == shard] or record.runs
+    latest = runs[-1]
+    results = [_entry(line) for key, line in record.results.items() if subjects is None or key[0] in subjects]
+    done_at: dict[tuple[str | None, str | None], float] = {}
+    for key, line in record.results.items():
+        if subjects is None or key[0] in subjects:
+            for done in ((line["image"], line["experiment"]), (line["image"], None)):
+                done_at[done] = max(done_at.get(done, 0.0), line["at"])
+    shard_images = None if subjects is None else {image for run in runs for image in run["config"].get("images", [])}
+    failures = [
+        {key: line[key] for key in ("image", "experiment", "error")}
+        for key, line in record.failures.items()
+        if done_at.get(key, -1.0) < line["at"] and (shard_images is None or line["image"] in shard_images)
+    ]
+    manifest = Manifest(latest["name"], latest["identity"], dict(latest["config"]), latest["provenance"], shard)
+    manifest.config["images"] = sorted({image for run in runs for image in run["config"].get("images", [])})
+    manifest.runs = [_run_summary(run) for run in runs]
+    manifest.result_names = list(latest.get("result_names", []))
+    manifest.failures = failures
+    order = result_order(results, manifest.result_names)
+    manifest.results = sorted(results, key=lambda entry: (entry["image"] or "", order[entry["experiment"]]))
+    return manifest
+
+
+def _entry(line: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in line.items() if key != "at"}
+
+
+def _run_summary(run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "started": run.get("started"),
+        "host": run.get("host"),
+        "pid": run.get("pid"),
+        "shard": run["shard"],
+        "command": run["provenance"].get("command"),
+        "images": len(run["config"].get("images", [])),
+        "record": f"{Path(run['file']).parent.name}/{Path(run['file']).name}",
+    }
+
+
+def write_views(store: OutputStore, manifest: Manifest) -> list[Path]:
+    """manifest.json, then summary.csv, each published through the store (whole or not at all)."""
+    folder = store.folder()
+    manifest_text = json_text(manifest.to_json()) + "\n"
+    written = store.write(folder, ResultFiles(stem("manifest", manifest.shard), {"json": manifest_text}))
+    summary_text = summary_frame(manifest.results, manifest.result_names).to_csv(index=False)
+    return written + store.write(folder, ResultFiles(stem("summary", manifest.shard), {"csv": summary_text}))
+
+
+def check_mergeable(items: list[tuple[Path, str, dict[str, Any], dict[str, Any]]]) -> None:
+    """Runs merge only when they ran one config on one model: otherwise one line naming what differs."""
+    first_path, identity, config, provenance = items[0]
+    for path, other_identity, other_config, other_provenance in items[1:]:
+        if other_identity == identity:
+            continue
+        differences = [
+            f"{what} ({mine} vs {theirs})"
+            for what, mine, theirs in (
+                ("model", provenance.get("model"), other_provenance.get("model")),
+                ("weights", provenance.get("weights_label"), other_provenance.get("weights_label")),
+                (
+                    "parameters_sha256",
+                    _short(provenance.get("parameters_sha256")),
+                    _short(other_provenance.get("parameters_sha256")),
+                ),
+            )
+            if mine != theirs
+        ]
+        mine, theirs = config.get("experiments"), other_config.get("experiments")
+        if mine != theirs:
+            differences.append(f"experiments ({_first_difference(mine, theirs)})")
+        raise UsageError(
+            f"cannot merge {path} with {first_path}: they ran different configs or models; "
+            f"they differ in {', '.join(differences) or 'identity'}; merge runs of one config only"
+        )
+
+
+def _short(text: Any) -> Any:
+    return text[:12] if isinstance(text, str) else text
+
+
+def _first_difference(mine: Any, theirs: Any) -> str:
+    mine, theirs = mine or [], theirs or []
+    for index in range(max(len(mine), len(theirs))):
+        left = mine[index] if index < len(mine) else None
+        right = theirs[index] if index < len(theirs) else None
+        if left != right:
+            return f"experiments[{index}]: {json.dumps(left)} vs {json.dumps(right)}"
+    return "order"
+
+
+def combined_config(configs: list[dict[str, Any]], into: Path) -> dict[str, Any]:
+    """The latest config, with `images` covering every run's and `output_dir` every distinct one."""
+    combined = dict(configs[-1])
+    combined["images"] = sorted({image for config in configs for image in config.get("images", [])})
+    output_dirs = list(dict.fromkeys(str(config.get("output_dir")) for config in configs))
+    combined["output_dir"] = output_dirs[0] if len(output_dirs) == 1 else output_dirs
+    return combined
+
+
+def merge_runs(
+    folders: list[Path], into: Path, warn: Callable[[str], None], publish_set: Callable[..., Any]
+) -> tuple[Manifest, list[Path]]:
+    """One manifest of several run folders (their records, or the manifests of folders without one), the results
+    about the whole image set recomputed, written as the views of `into`."""
+    manifests = []
+    for folder in folders:
+        if record_files(folder):
+            record = read_record(folder, warn)
+            if record.runs:
+                manifests.append((folder / "manifest.json", record_view(record, None)))
+                continue
+        manifests.extend(read_manifests(folder))
+    merged = merge(manifests, into)
+    merged.results = [entry for entry in merged.results if not entry["experiment"].endswith(ACROSS)]
+    merged.results += publish_set(merged)
+    store = OutputStore(into)
+    with store.exclusive(VIEWS_LOCK):
+        return merged, write_views(store, merged)
+
+
+def stored_document(into: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The `result` body of a manifest entry's JSON file, if its folder's index lists it with a matching hash."""
+    from vitcli.hashing import file_sha256
+
+    for file in entry["files"]:
+        if file.endswith(f"{entry['experiment']}.json"):
+            path = into / file
+            listed = read_index(path.parent)["results"].get(entry["experiment"], {}).get("files", {})
+            try:
+                if listed.get(path.name) == file_sha256(path):
+                    return json.loads(path.read_text(encoding="utf-8"))["result"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+    return None
