@@ -21,6 +21,8 @@ from vitcli.errors import UsageError, VitcliError
 from vitcli.spec import DEFAULT_MODEL
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas
     from matplotlib.figure import Figure
 
@@ -184,9 +186,12 @@ class _Memory:
     def folder(self, *parts: str) -> Path:
         return Path(*parts)
 
-    def write(self, folder: Path, result: Any) -> list[Path]:
+    def write(self, folder: Path, result: Any, then: Callable[[list[Path]], None] | None = None) -> list[Path]:
         self.files = dict(result.files)
-        return [folder / f"{result.name}.{suffix}" for suffix in result.files]
+        paths = [folder / f"{result.name}.{suffix}" for suffix in result.files]
+        if then is not None:
+            then(paths)
+        return paths
 
 
 def _compute_and_publish(job: Job, model: VitModel, image: str | Path | None, call: str) -> Result:
