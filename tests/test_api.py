@@ -28,6 +28,8 @@ CASES = [
     ("predict", {"top_k": 3}, ["--top-k", "3"]),
     ("patches", {"patch": [63, "r5c3"]}, ["--patch", "63", "--patch", "r5c3"]),
     ("lens", {}, []),
+    ("attribute", {"by": "head"}, ["--by", "head"]),
+    ("ablate", {"heads": "1.1,12.3"}, ["--heads", "1.1,12.3"]),
     pytest.param("occlude-quadrants", {"fill": "black"}, ["--fill", "black"], marks=pytest.mark.slow),
     pytest.param(
         "trace", {"token": "0,74", "blocks": "1,12"}, ["--token", "0,74", "--blocks", "1,12"], marks=pytest.mark.slow

@@ -12,7 +12,9 @@ __version__ = "0.1.0"
 
 _API = (
     "Result",
+    "ablate",
     "attend",
+    "attribute",
     "explain",
     "explore",
     "lens",

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Result",
+    "ablate",
     "attend",
+    "attribute",
     "explain",
     "explore",
     "lens",
@@ -163,7 +165,7 @@ def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, A
 
 def architecture_of(model: VitModel) -> Architecture:
     """The loaded model's own facts, for the jobs' checks (a model built in code may differ from its name's)."""
-    from vitcli.loading import Architecture
+    from vitcli.loading import Architecture, mlp_hidden_width
 
     return Architecture(
         name=model.name,
@@ -174,6 +176,7 @@ def architecture_of(model: VitModel) -> Architecture:
         num_classes=model.num_classes,
         labels=tuple(model.labels),
         global_pool=model.net.global_pool,
+        mlp_hidden=mlp_hidden_width(model.net),
     )
 
 
@@ -262,11 +265,22 @@ def lens(model: VitModel, image: str | Path, **options: Any) -> Result:
 
 
 def explain(model: VitModel, image: str | Path, **options: Any) -> Result:
-    """`vitcli explain`: explanation maps. Options: method (one or a list), target, block, fill, faithfulness, steps,
-    random_orders, order_seed."""
+    """`vitcli explain`: explanation maps and their audits. Options: as `vitcli explain --help` lists them (method,
+    one or a list; target, contrast, faithfulness, sanity, robustness, road, masks, ...)."""
     return run_experiment("explain", model, image, **options)
 
 
 def explore(model: VitModel, image: str | Path, **options: Any) -> Result:
     """`vitcli explore`: the attention explorer page; `result.text("html")` is the page. Options: blocks, explain."""
     return run_experiment("explore", model, image, **options)
+
+
+def attribute(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli attribute`: direct logit attribution. Options: target, contrast, by ("block", "head", "token"),
+    block."""
+    return run_experiment("attribute", model, image, **options)
+
+
+def ablate(model: VitModel, image: str | Path, **options: Any) -> Result:
+    """`vitcli ablate`: one head or sublayer removed at a time. Options: target, heads, blocks, mode, reference."""
+    return run_experiment("ablate", model, image, **options)

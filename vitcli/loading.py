@@ -120,11 +120,11 @@ def describe(spec: WeightsSpec) -> Architecture:
         num_classes=num_classes,
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=skeleton.global_pool,
-        mlp_hidden=_mlp_hidden(skeleton),
+        mlp_hidden=mlp_hidden_width(skeleton),
     )
 
 
-def _mlp_hidden(skeleton: VisionTransformer) -> int:
+def mlp_hidden_width(skeleton: VisionTransformer) -> int:
     fc1 = getattr(getattr(skeleton.blocks[0], "mlp", None), "fc1", None)
     return int(getattr(fc1, "out_features", 4 * skeleton.embed_dim))
 
