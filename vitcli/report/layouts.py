@@ -91,7 +91,7 @@ def write_report(run_dir: Path, rows: int = 5, single_file: bool | None = None) 
 def single_page(run: Run, rows: int) -> str:
     place = sections.Place(run.folder, embed=True)
     anchors = {image: f"image-{number}" for number, image in enumerate(run.by_image, start=1)}
-    frame = summary_frame(run.manifest.results)
+    frame = summary_frame(run.manifest.results, run.manifest.result_names)
     body = [
         run.header(),
         sections.provenance_section(run.manifest, run.sources),
@@ -127,7 +127,7 @@ def write_pages(run: Run, rows: int) -> Path:
         written = _publish(folders[0], page(f"{Path(image).name}: {run.manifest.name}", body, script=False))
         links[image] = quote(Path(os.path.relpath(written, run.folder)).as_posix())
     place = sections.Place(run.folder, embed=False)
-    frame = summary_frame(run.manifest.results)
+    frame = summary_frame(run.manifest.results, run.manifest.result_names)
     body = [
         run.header(),
         '<p class="meta">one page per image, in its result folder: click an image in the summary</p>',
