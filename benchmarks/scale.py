@@ -1,5 +1,6 @@
 """Does a `vitcli run` cost the same per result at 10,000 images as at 500? N generated 64x64 PNGs, a config with
-`predict` and `attend --view summary` (one hooked forward, no figure), random weights, one process per N.
+`predict` and `attend --view summary` (one hooked forward), random weights, `[output] figures = false` (the run's
+own machinery is measured, not matplotlib: a figure costs about 0.1 s each), one process per N.
 
 Prints per N: the wall time, seconds per result beyond a small run's fixed cost (imports, model build), in wall
 time and in the process's CPU time (steadier on a shared machine), the bytes
@@ -35,6 +36,8 @@ images = ["{images}"]
 weights = "random"
 device = "cpu"
 batch-size = 16
+[output]
+figures = false
 [[experiments]]
 command = "predict"
 [[experiments]]

@@ -62,6 +62,7 @@ class CommandContext:
     output_dir: Path
     format: str
     quiet: bool
+    figures: bool = True  # False: results are written without their PNG (--no-figures)
     fail_fast: bool = False
     shard: Shard | None = None
     explicit_options: dict[str, Any] = field(default_factory=dict)  # shared options typed on the command line
@@ -137,7 +138,9 @@ class CommandContext:
         from vitcli.runner import Publisher
 
         store = OutputStore(store_root or self.output_dir)
-        return Publisher(store, self.model_folder, self.emitter, self.messages, provenance)
+        publisher = Publisher(store, self.model_folder, self.emitter, self.messages, provenance)
+        publisher.figures = self.figures
+        return publisher
 
     def publish(
         self, results: Sequence[tuple[Job, Any, str, dict[str, Any] | None]], provenance: dict[str, Any]

@@ -73,6 +73,7 @@ class Publisher:
         self.emitter = emitter
         self.messages = messages
         self.provenance = provenance
+        self.figures = True  # False (--no-figures): JSON, CSV and extra files only
         self.announce_files = True  # one "wrote ..." line per result; a batch run reports its manifest instead
 
     def folder(self, subject: str) -> Path:
@@ -100,7 +101,7 @@ class Publisher:
             "json": json_text(document) + "\n",
             "csv": csv_text(rows),
         }
-        if presentation.figure is not None:
+        if presentation.figure is not None and self.figures:
             files["png"] = _figure_writer(presentation.figure)
         for suffix, content in presentation.extra_files.items():
             if isinstance(content, list):

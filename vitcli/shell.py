@@ -222,6 +222,7 @@ def build_context(
     output_dir: str | None,
     format: Any,
     quiet: bool,
+    figures: bool,
     debug: bool,
     fail_fast: bool,
     shard: str | None,
@@ -250,6 +251,7 @@ def build_context(
         output_dir=check_output_dir(output_dir, DEFAULT_OUTPUT),
         format=format.value,
         quiet=quiet,
+        figures=figures,
         fail_fast=fail_fast,
         shard=Shard.parse(shard) if shard is not None else None,
     )

@@ -65,6 +65,7 @@ class RunConfig:
     images: list[str]  # absolute, resolved against the config's folder
     model_options: dict[str, Any]  # shared option names -> values, as the command line would give them
     output_dir: str | None
+    figures: bool | None  # [output] figures; None when the config does not say
     target: str | None
     experiments: list[Experiment]
     text: str  # the file as read, for the manifest
@@ -78,6 +79,7 @@ class RunConfig:
             "target": self.target,
             "model": {**_plain(self.model_options_under(overrides)), **_plain(_only(overrides, MODEL_KEYS.values()))},
             "output_dir": str(overrides.get("output_dir", self.output_dir)),
+            "figures": overrides.get("figures", True if self.figures is None else self.figures),
             "experiments": [{"command": item.command, **_plain(item.options)} for item in self.experiments],
         }
 
@@ -125,7 +127,9 @@ def load_config(path: Path) -> RunConfig:
     shared = _click_parameters("run")
     model_options = {key: _convert(shared[key], value, f"model.{key}") for key, value in model_options.items()}
     output = _table(data, "output")
-    _known(output, ("dir",), "output.")
+    _known(output, ("dir", "figures"), "output.")
+    if not isinstance(output.get("figures", True), bool):
+        raise UsageError("output.figures: must be true or false")
     target = data.get("target")
     if target is not None and not isinstance(target, (str, int)):
         raise UsageError("target: must be a class index or a label (a number or a string)")
@@ -145,6 +149,7 @@ def load_config(path: Path) -> RunConfig:
         images=[os.path.normpath(base / image) for image in images],
         model_options=model_options,
         output_dir=None if "dir" not in output else str(base / _folder(output["dir"], "output.dir")),
+        figures=output.get("figures"),
         target=None if target is None else str(target),
         experiments=experiments,
         text=text,

@@ -43,6 +43,8 @@ def run_command(
     settings: dict[str, Any] = {**context.option_values, **loaded.model_options_under(context.explicit_options)}
     if loaded.output_dir is not None:
         settings["output_dir"] = Path(loaded.output_dir)
+    if loaded.figures is not None:
+        settings["figures"] = loaded.figures
     settings.update(context.explicit_options)
     for key in ("checkpoint", "labels"):
         if isinstance(settings[key], str):
