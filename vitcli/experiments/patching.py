@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -176,38 +176,63 @@ def sites_of(kind: str, depth: int, tokens: int, heads: int) -> list[Site]:
     return [Site(kind, block) for block in range(1, depth + 1)]
 
 
+@dataclass
+class CorruptForward:
+    """CORRUPT's forward, kept for every CLEAN patched into it (a `vitcli run` of many images into one CORRUPT): its
+    activations by kind, its logits and, when gradients are wanted, its graph, from which the gradient of each
+    (target, contrast) pair's M is taken once (the graph is kept for the next pair)."""
+
+    activations: dict[str, Tensor]
+    logits: Tensor  # (1, classes), in the graph when gradients are wanted
+    captured: dict[str, Tensor] | None  # site -> activation in the graph (None: no gradients)
+    _gradients: dict[tuple[int, int], dict[str, Tensor]] = field(default_factory=dict)
+
+    def gradients(self, target: int, contrast: int, depth: int) -> dict[str, Tensor]:
+        """The gradient of CORRUPT's M = logit(target) - logit(contrast) at every site, by kind."""
+        assert self.captured is not None, "CORRUPT's forward was run without gradients"
+        if (target, contrast) not in self._gradients:
+            with full_float32(), torch.enable_grad():
+                metric = self.logits[0, target] - self.logits[0, contrast]
+                found = torch.autograd.grad(metric, list(self.captured.values()), retain_graph=True)
+            self._gradients[target, contrast] = _by_kind(dict(zip(self.captured, found, strict=True)), depth)
+        return self._gradients[target, contrast]
+
+
+def corrupt_forward(model: VitModel, corrupt: Tensor, gradients: bool = False) -> CorruptForward:
+    """One forward of CORRUPT's (3, H, W) normalized input capturing every site (with its graph for gradients)."""
+    refusal = pre_norm_refusal(model.net, model.name)
+    if refusal is not None:
+        raise UsageError(refusal)
+    with full_float32(), torch.enable_grad() if gradients else torch.inference_mode():
+        captured, logits = _forward(model, corrupt, gradients)
+    return CorruptForward(_by_kind(captured, model.depth), logits, captured if gradients else None)
+
+
 def run_pair(
     model: VitModel,
     clean: Tensor,
-    corrupt: Tensor,
+    corrupt: Tensor | CorruptForward,
     target: int | None = None,
     contrast: int | None = None,
     gradients: bool = False,
 ) -> PairRun:
-    """One forward of each (3, H, W) normalized input capturing every site; with gradients, one backward of CORRUPT's
-    M. target defaults to CLEAN's top-1; contrast to CORRUPT's top-1, or its second when that is the target."""
-    net = model.net
-    refusal = pre_norm_refusal(net, model.name)
-    if refusal is not None:
-        raise UsageError(refusal)
-    with full_float32():
-        with torch.inference_mode():
-            clean_captured, clean_logits = _forward(model, clean)
-        with torch.enable_grad() if gradients else torch.inference_mode():
-            corrupt_captured, corrupt_logits = _forward(model, corrupt, gradients)
-            target, contrast, target_rule, contrast_rule = _classes(
-                clean_logits, corrupt_logits, target, contrast, model.labels
-            )
-            grads = None
-            if gradients:
-                metric = corrupt_logits[0, target] - corrupt_logits[0, contrast]
-                found = torch.autograd.grad(metric, [corrupt_captured[site] for site in corrupt_captured])
-                grads = _by_kind(dict(zip(corrupt_captured, found, strict=True)), model.depth)
+    """One forward of each (3, H, W) normalized input capturing every site (CORRUPT's may be given already run);
+    with gradients, one backward of CORRUPT's M. target defaults to CLEAN's top-1; contrast to CORRUPT's top-1, or
+    its second when that is the target."""
+    if not isinstance(corrupt, CorruptForward):
+        corrupt = corrupt_forward(model, corrupt, gradients)
+    with full_float32(), torch.inference_mode():
+        clean_captured, clean_logits = _forward(model, clean)
+    corrupt_logits = corrupt.logits.detach()
+    target, contrast, target_rule, contrast_rule = _classes(
+        clean_logits, corrupt_logits, target, contrast, model.labels
+    )
+    grads = corrupt.gradients(target, contrast, model.depth) if gradients else None
     return PairRun(
         _by_kind(clean_captured, model.depth),
-        _by_kind(corrupt_captured, model.depth),
+        corrupt.activations,
         clean_logits[0].detach().double().cpu(),
-        corrupt_logits[0].detach().double().cpu(),
+        corrupt_logits[0].double().cpu(),
         target, contrast, target_rule, contrast_rule, grads,
     )  # fmt: skip
 
@@ -291,12 +316,16 @@ def patch_images(
     target: int | None = None,
     contrast: int | None = None,
     steps: Steps | None = None,
+    corrupt_run: CorruptForward | None = None,
 ) -> PatchResult:
-    """Patch every site of each kind from CLEAN into CORRUPT by the chosen methods (see the module's docstring)."""
+    """Patch every site of each kind from CLEAN into CORRUPT by the chosen methods (see the module's docstring).
+    corrupt_run: CORRUPT's forward when already run (with gradients if attribution is asked), shared by many CLEANs."""
     if target is not None and target == contrast:
         raise UsageError(f"--contrast {contrast} is the --target class: M = logit(target) - logit(contrast) would be 0")
     steps = steps or Steps()
-    pair = run_pair(model, clean.input, corrupt.input, target, contrast, gradients="attribution" in methods)
+    pair = run_pair(
+        model, clean.input, corrupt_run or corrupt.input, target, contrast, gradients="attribution" in methods
+    )
     denominator = pair.m_clean - pair.m_corrupt
     if abs(denominator) <= DENOMINATOR_TOLERANCE:
         raise VitcliError(
