@@ -42,6 +42,9 @@ MODEL_KEYS = {
     "device": "device",
     "batch_size": "batch_size",
 }
+# Experiment options naming files or folders (globs for reference): read relative to the config file, like `images`.
+# `corrupt` (patch's one CORRUPT image) has no command-line option: there CORRUPT is the second argument.
+PATH_OPTIONS = ("masks", "reference", "corrupt")
 _OWNER_CONTEXT: dict[int, Any] = {}  # parameter -> a context of its command, which conversion needs
 _OPTION_IN_MESSAGE = re.compile(r"--([a-z][a-z0-9-]*)")
 
@@ -137,7 +140,7 @@ def load_config(path: Path) -> RunConfig:
     if not isinstance(experiments_data, list) or not experiments_data:
         raise UsageError("experiments: the config declares no [[experiments]] tables")
     experiments = [
-        _experiment(index, table, None if target is None else str(target))
+        _experiment(index, table, None if target is None else str(target), base)
         for index, table in enumerate(experiments_data)
     ]
     name = data.get("name", path.stem)
@@ -156,7 +159,7 @@ def load_config(path: Path) -> RunConfig:
     )
 
 
-def _experiment(index: int, table: Any, target: str | None) -> Experiment:
+def _experiment(index: int, table: Any, target: str | None, base: Path) -> Experiment:
     where = f"experiments[{index}]"
     if not isinstance(table, dict):
         raise UsageError(f"{where}: must be a table with a `command` key")
@@ -176,10 +179,12 @@ def _experiment(index: int, table: Any, target: str | None) -> Experiment:
             raise UsageError(
                 f"{where}.{key}: model and output options belong in [model] and [output], not in an experiment"
             )
-        if name not in accepted or name not in parameters:
+        if name not in accepted or (name not in parameters and name not in PATH_OPTIONS):
             known = ", ".join(sorted(option.replace("_", "-") for option in accepted))
             raise UsageError(f"{where}.{key}: `{command}` has no such option (its options: {known})")
-        options[name] = _convert(parameters[name], value, f"{where}.{key}")
+        if name in PATH_OPTIONS:
+            value = os.path.normpath(base / _string(value, f"{where}.{key}"))
+        options[name] = _convert(parameters[name], value, f"{where}.{key}") if name in parameters else value
     if target is not None and "target" in accepted and "target" not in options:
         options["target"] = target
     experiment = Experiment(index, command, options)

@@ -9,8 +9,8 @@ import typer
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
 from vitcli.context import CommandContext
-from vitcli.errors import UsageError
-from vitcli.jobs import Job, Presentation
+from vitcli.errors import UsageError, VitcliError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import image_subject, result_name, set_subject, setting
 from vitcli.shell import vitcli_command
 
@@ -37,13 +37,16 @@ class Method(str, Enum):
 
 
 class PatchJob(Job):
-    """One result about an ordered pair of images (CLEAN, CORRUPT): computed by the command, not per image, so like
-    `compare` it is not an experiment of `vitcli run`."""
+    """One result about an ordered pair of images (CLEAN, CORRUPT) as `vitcli patch CLEAN CORRUPT` computes it: the
+    command runs the pair and files the result under the pair's folder. The job holds one image of the pair, its
+    `partner`: here CLEAN; in PatchIntoJob (a `vitcli run` experiment), CORRUPT."""
 
     command = "patch"
+    partner_role = "clean"
+    name_prefix = "from"
 
-    def __init__(self, clean: Path, target: str | None, contrast: str | None, sites: list[str], methods: list[str]):
-        self.clean = clean
+    def __init__(self, partner: Path, target: str | None, contrast: str | None, sites: list[str], methods: list[str]):
+        self.partner = partner
         self.target_text, self.contrast_text = target, contrast
         self.sites = [kind.value for kind in SiteKind if kind.value in sites]  # canonical order, once each
         self.methods = [method.value for method in Method if method.value in methods]
@@ -61,7 +64,7 @@ class PatchJob(Job):
     def name(self) -> str:
         return result_name(
             "patch",
-            f"from-{image_subject(self.clean)}",
+            f"{self.name_prefix}-{image_subject(self.partner)}",
             setting("t", "top1" if self.target is None else self.target),
             setting("c", "auto" if self.contrast is None else self.contrast),
             setting("s", self.sites),
@@ -70,7 +73,7 @@ class PatchJob(Job):
 
     def settings(self) -> dict[str, Any]:
         return {
-            "clean": str(self.clean),
+            self.partner_role: str(self.partner),
             "target": self.target if self.target is not None else "CLEAN's top-1",
             "contrast": self.contrast if self.contrast is not None else "CORRUPT's top-1 (its second if the target)",
             "sites": self.sites,
@@ -81,6 +84,60 @@ class PatchJob(Job):
         from vitcli.presentation import patch as view
 
         return Presentation.of(view, result)
+
+
+class PatchIntoJob(PatchJob):
+    """`vitcli run`'s patch: each image of the run is CLEAN, patched into one fixed CORRUPT (the config's `corrupt`).
+    CORRUPT is prepared and run once per process, on its first image, and kept on the job for the others."""
+
+    scope = "image"
+    partner_role = "corrupt"
+    name_prefix = "into"
+
+    def __init__(self, corrupt: Path, target: str | None, contrast: str | None, sites: list[str], methods: list[str]):
+        from vitcli.hashing import file_sha256
+
+        super().__init__(corrupt, target, contrast, sites, methods)
+        self.corrupt_sha256 = file_sha256(corrupt)
+        self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.patching import corrupt_forward, patch_images
+
+        if work.image.source.sha256 == self.corrupt_sha256:
+            raise VitcliError(
+                f"this image is CORRUPT ({self.partner}, the same bytes): M_clean = M_corrupt, so the score is "
+                "undefined; patch only other images into it"
+            )
+        if self._corrupt is None:
+            corrupt = work.model.prepare(self.partner)
+            self._corrupt = corrupt, corrupt_forward(work.model, corrupt.input, "attribution" in self.methods)
+        corrupt, forward = self._corrupt
+        return patch_images(
+            work.model, work.image, corrupt, self.sites, self.methods, self.target, self.contrast, work.steps, forward
+        )
+
+
+@builds_jobs("patch")
+def patch_jobs(
+    corrupt: str | None = None,
+    target: str | None = None,
+    contrast: str | None = None,
+    sites: list[SiteKind] | None = None,
+    methods: list[Method] | None = None,
+) -> list[Job]:
+    """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
+    relative to its own folder). The command line's two-image form does not come through here."""
+    if corrupt is None:
+        raise UsageError(
+            "patch in a config needs `corrupt = IMAGE`: the one CORRUPT image every image of the run (each a CLEAN) "
+            "is patched into"
+        )
+    if not Path(corrupt).is_file():
+        raise UsageError(f"corrupt: {corrupt} is not an image file (patch takes one CORRUPT image, not a folder)")
+    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
+    chosen_methods = [str(getattr(method, "value", method)) for method in (methods or [Method.activation])]
+    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods)]
 
 
 def _pair(arguments: list[str] | None) -> tuple[Path, Path]:

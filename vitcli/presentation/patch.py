@@ -198,7 +198,18 @@ def summary(result: PatchResult) -> dict[str, Any]:
     for scores in result.kinds:
         grid = _any_array(scores)
         flat = int(np.argmax(np.abs(grid)))
+        numbers[f"patch_{scores.kind}_largest_site"] = _site_name(
+            result, scores.kind, np.unravel_index(flat, grid.shape)
+        )
         numbers[f"patch_{scores.kind}_largest_score"] = float(grid.ravel()[flat])
     if result.pearson is not None:
         numbers["patch_pearson"], numbers["patch_spearman"] = result.pearson, result.spearman
     return numbers
+
+
+def _site_name(result: PatchResult, kind: str, where: tuple[Any, ...]) -> str:
+    """A site as summary.csv names it: `B4` (attention, mlp), `B4.H2` (heads), `B4 P63` or `B4 CLS` (residual)."""
+    block = f"B{int(where[0]) + 1}"
+    if kind == "heads":
+        return f"{block}.H{int(where[1]) + 1}"
+    return f"{block} {result.grid.token_name(int(where[1]))}" if kind == "residual" else block
