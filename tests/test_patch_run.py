@@ -104,7 +104,8 @@ def test_each_image_patched_into_corrupt_equals_the_command_line_and_corrupt_its
 
 def test_shards_of_a_patch_run_merge_into_the_whole_run(cli, workdir, run_folder):
     """Each shard runs CORRUPT once for its own images; the merged summary.csv equals one run's, and a second run
-    skips every stored result."""
+    skips every stored result. (No deliberate break was tried on this test: it guards the run machinery's
+    contract for this job; the frame comparison fails on any image missing or differing.)"""
     config = run_folder / "run.toml"
     cli("run", config, "--no-figures", "-o", "whole")
     for index in (1, 2):
@@ -158,6 +159,7 @@ corrupt = {json.dumps(str(newfoundland))}
 def test_config_usage_errors_exit_2_before_the_model_loads(
     cli, workdir, run_folder, no_model_load, experiment, message
 ):
+    """Seen to fail (exit 1, an internal error) when the builder did not check that `corrupt` is given."""
     (run_folder / "bad.toml").write_text(f'images = ["pictures"]\n[[experiments]]\n{experiment}\n')
     result = cli("run", run_folder / "bad.toml", *RANDOM_CPU)
     assert result.exit_code == 2

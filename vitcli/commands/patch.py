@@ -134,7 +134,9 @@ def patch_jobs(
             "is patched into"
         )
     if not Path(corrupt).is_file():
-        raise UsageError(f"corrupt: {corrupt} is not an image file (patch takes one CORRUPT image, not a folder)")
+        raise UsageError(
+            f"corrupt {corrupt} is not an image file (patch takes one CORRUPT image: not a folder or a glob)"
+        )
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(method, "value", method)) for method in (methods or [Method.activation])]
     return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods)]
