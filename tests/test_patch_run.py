@@ -25,7 +25,7 @@ device = "cpu"
 command = "patch"
 corrupt = {corrupt}
 sites = ["heads", "attention"]
-methods = ["activation", "attribution"]
+method = ["activation", "attribution"]
 """
 
 

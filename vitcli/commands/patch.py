@@ -124,7 +124,7 @@ def patch_jobs(
     target: str | None = None,
     contrast: str | None = None,
     sites: list[SiteKind] | None = None,
-    methods: list[Method] | None = None,
+    method: list[Method] | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
     relative to its own folder). The command line's two-image form does not come through here."""
@@ -138,7 +138,7 @@ def patch_jobs(
             f"corrupt {corrupt} is not an image file (patch takes one CORRUPT image: not a folder or a glob)"
         )
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
-    chosen_methods = [str(getattr(method, "value", method)) for method in (methods or [Method.activation])]
+    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
     return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods)]
 
 
@@ -198,7 +198,7 @@ def patch_command(
             show_default=False,
         ),
     ] = None,
-    methods: Annotated[
+    method: Annotated[
         list[Method] | None,
         typer.Option(
             "--method",
@@ -215,7 +215,7 @@ def patch_command(
     from vitcli.runner import ProgressSteps, progress_display
 
     chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
-    chosen_methods = [method.value for method in (methods or [Method.activation])]
+    chosen_methods = [each.value for each in (method or [Method.activation])]
     clean_path, corrupt_path = _pair(images)
     job = PatchJob(clean_path, target, contrast, chosen_sites, chosen_methods)
     context.check([job])
