@@ -102,12 +102,18 @@ def test_each_image_patched_into_corrupt_equals_the_command_line_and_corrupt_its
         assert row["patch_heads_largest_score"] == pytest.approx(heads[block][head], abs=1e-9)
 
 
-def test_shards_of_a_patch_run_merge_into_the_whole_run(cli, workdir, run_folder):
-    """Each shard runs CORRUPT once for its own images; the merged summary.csv equals one run's, and a second run
-    skips every stored result. (No deliberate break was tried on this test: it guards the run machinery's
-    contract for this job; the frame comparison fails on any image missing or differing.)"""
+def test_shards_of_a_patch_run_merge_into_the_whole_run(cli, workdir, run_folder, monkeypatch):
+    """CORRUPT's forward runs once per process, not per image; each shard runs it for its own images; the merged
+    summary.csv equals one run's, and a second run skips every stored result. The count was seen to fail (2) with
+    the job's cache of CORRUPT turned off; the frame comparison fails on any image missing or differing."""
+    import vitcli.experiments.patching as patching
+
+    calls = []
+    forward = patching.corrupt_forward
+    monkeypatch.setattr(patching, "corrupt_forward", lambda *args: calls.append(1) or forward(*args))
     config = run_folder / "run.toml"
     cli("run", config, "--no-figures", "-o", "whole")
+    assert len(calls) == 1  # two images patched into it
     for index in (1, 2):
         cli("run", config, "--no-figures", "--shard", f"{index}/2", "-o", "sharded")
     merged = cli("merge", workdir / "sharded" / "patched")
