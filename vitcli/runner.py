@@ -50,7 +50,6 @@ class Failure:
 @dataclass
 class Report:
     images: int = 0
-    published: list[Published] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (subject, result name) already complete
     failures: list[Failure] = field(default_factory=list)
 
@@ -244,7 +243,6 @@ class Runner:
             timing = (computed - started, time.perf_counter() - computed)
             published = Published(subject, subject_json, job, paths, *timing, presentation.summary)
             self.on_published(published)
-            report.published.append(published)
 
         try:
             result = compute()
