@@ -5,9 +5,11 @@ own machinery is measured, not matplotlib: a figure costs about 0.1 s each), one
 Prints per N: the wall time, seconds per result beyond a small run's fixed cost (imports, model build), in wall
 time and in the process's CPU time (steadier on a shared machine), the bytes
 the process wrote (write() calls, from /proc/self/io) per result and against the result files themselves, the run's
-own files (records, manifest.json, summary.csv, the folders' index.json), and the peak memory of the process.
-Goals (issue 19): seconds per result at the largest N within 1.2x of the smallest; bytes written at most 2x the
-result files.
+own files (records, manifest.json, summary.csv, the folders' index.json), and the peak memory of the process; then
+`vitcli report` of that run folder (an index page beside one page per image beyond 40 images): its wall time, peak
+memory, the index page's size and the largest image page. Goals (issue 19): seconds per result at the largest N
+within 1.2x of the smallest; bytes written at most 2x the result files; the report of 2,000 images in under a minute
+and under 1 GB, its index under 5 MB and an image's page under 3 MB.
 
     .venv/bin/python benchmarks/scale.py                      # N = 500, 2000, 10000
     .venv/bin/python benchmarks/scale.py --sizes 200,1000     # quicker
@@ -70,26 +72,29 @@ def images(folder: Path, count: int) -> None:
         Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(folder / f"im{index:05d}.png")
 
 
-def measure(count: int) -> dict[str, float]:
+def measured_vitcli(work: Path, *arguments: str) -> tuple[float, dict[str, int]]:
+    """Run vitcli in `work`; its wall seconds and the counters it wrote at exit."""
+    counters = work / "counters"
+    started = time.perf_counter()
+    command = [sys.executable, "-c", MEASURED, str(counters), *arguments]
+    subprocess.run(command, cwd=work, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    wall = time.perf_counter() - started
+    return wall, eval(counters.read_text())  # noqa: S307  (a dict literal this script's child wrote)
+
+
+def measure(count: int, report: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as name:
         work = Path(name)
         images(work / "pics", count)
         (work / "run.toml").write_text(CONFIG.format(images=work / "pics"))
-        counters = work / "counters"
-        started = time.perf_counter()
-        command = [sys.executable, "-c", MEASURED, str(counters), "run", "run.toml", "-q", "-f", "jsonl"]
-        subprocess.run(
-            command, cwd=work, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-        )
-        wall = time.perf_counter() - started
-        measured = eval(counters.read_text())  # noqa: S307  (a dict literal this script's child wrote)
+        wall, measured = measured_vitcli(work, "run", "run.toml", "-q", "-f", "jsonl")
         root = work / "outputs" / "scale"
         results = len(json.loads((root / "manifest.json").read_text())["results"])
         files = [path for path in root.rglob("*") if path.is_file()]
         indexes = sum(path.stat().st_size for path in files if path.name == "index.json")
         own = sum(path.stat().st_size for path in files if path.parent == root or path.parent.name == "records")
         result_bytes = sum(path.stat().st_size for path in files if path.parent.parent.parent == root) - indexes
-        return {
+        row = {
             "images": count,
             "results": results,
             "wall": wall,
@@ -100,6 +105,17 @@ def measure(count: int) -> dict[str, float]:
             "run_bytes": own,
             "peak_mib": measured["maxrss_kib"] / 1024,
         }
+        if report:
+            report_wall, report_measured = measured_vitcli(work, "report", str(root), "-q")
+            pages = [path.stat().st_size for path in root.rglob("report.html") if path.parent != root]
+            row |= {
+                "report_wall": report_wall,
+                "report_cpu": report_measured["cpu_ms"] / 1000,
+                "report_peak_mib": report_measured["maxrss_kib"] / 1024,
+                "report_index_bytes": (root / "report.html").stat().st_size,
+                "report_largest_page": max(pages, default=0),
+            }
+        return row
 
 
 def views_cost(count: int) -> str:
@@ -138,14 +154,14 @@ def main() -> None:
     sizes = [int(size) for size in parser.parse_args().sizes.split(",")]
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; vitcli run, predict + attend summary")
     print(views_cost(10_000))
-    base = measure(BASELINE)
+    base = measure(BASELINE, report=False)
     print(f"fixed cost (a {BASELINE}-image run): {base['wall']:.1f} s wall, {base['cpu']:.1f} s CPU")
     header = f"{'images':>7} {'results':>8} {'wall s':>8} {'s/result':>9} {'CPU s/result':>13} {'written/result':>15}"
     header += f" {'vs files':>9}"
     print(header + f" {'records+views':>14} {'indexes':>9} {'peak MiB':>9}")
-    rows = []
+    rows, reports = [], []
     for size in sizes:
-        row = measure(size)
+        row = measure(size, report=True)
         per_result = (row["wall"] - base["wall"]) / (row["results"] - base["results"])
         cpu_per_result = (row["cpu"] - base["cpu"]) / (row["results"] - base["results"])
         rows.append((per_result, cpu_per_result))
@@ -156,6 +172,12 @@ def main() -> None:
             f"{row['peak_mib']:>9.0f}",
             flush=True,
         )
+        reports.append(
+            f"report of {size} images: {row['report_wall']:.1f} s wall, {row['report_cpu']:.1f} s CPU, "
+            f"peak {row['report_peak_mib']:.0f} MiB, index {row['report_index_bytes'] / 1e6:.2f} MB, "
+            f"largest image page {row['report_largest_page'] / 1e3:.1f} kB"
+        )
+    print("\n".join(reports))
     wall_ratio, cpu_ratio = (rows[-1][index] / rows[0][index] for index in (0, 1))
     print(f"per result at {sizes[-1]} vs {sizes[0]}: wall {wall_ratio:.2f}x, CPU {cpu_ratio:.2f}x (goal <= 1.2x)")
 
