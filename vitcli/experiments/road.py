@@ -1,11 +1,18 @@
 """ROAD: RemOve And Debias (Rong, Leemann, Borisov, Kasneci and Kasneci, ICML 2022).
 
 Deletion curves leak the shape of the removed region (a gray square is itself evidence); ROAD fills the removed
-pixels by noisy linear imputation from their neighbours instead. At each p in PERCENTS, MoRF removes the p% most
-relevant patches (floor(p P / 100) of the map's order: decreasing value, ties by patch number) and LeRF the p% least
-relevant; the target probability of the imputed image is recorded. The combined score is
-(mean over p of LeRF - mean over p of MoRF) / 2, as pytorch-grad-cam's ROADCombined (its differences from the clean
-score cancel); higher is better.
+pixels by noisy linear imputation from their neighbours instead. At each p in PERCENTS, MoRF removes the most relevant
+patches and LeRF the least relevant; the target probability of the imputed image is recorded. The combined score is
+(mean over p of LeRF - mean over p of MoRF) / 2; higher is better.
+
+Which patches go (TIE_POLICY) is pytorch-grad-cam's rule on the map drawn at pixel resolution (each patch's value on
+each of its pixels): MoRF removes every pixel whose value is at least numpy.percentile(pixel values, 100 - p), so
+tied patches are removed together, never in patch-number order, and a tie at the cut can take more than p% (a map
+whose minimum covers over 100 - p% of it loses everything). LeRF is the same rule on the negated map (pytorch-grad-cam
+negates as 1 - map: the same for maps in [0, 1] up to rounding). With the same percentiles, imputation, noise and
+softmax target, the curves and the combined score therefore equal pytorch-grad-cam's ROADMostRelevantFirst,
+ROADLeastRelevantFirst and ROADCombined given that pixel map (its differences from the clean score cancel in the
+combined score).
 
 Imputation (the paper's published imputer): every removed pixel equals the weighted mean of its 8 neighbours inside
 the image (weights 1/6 for the 4 direct, 1/12 for the 4 diagonal ones), removed neighbours being unknowns too; the
@@ -23,11 +30,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitcli.experiments.faithfulness import pixel_mask, relevance_order
+from vitcli.experiments.faithfulness import pixel_mask
 from vitcli.model import VitModel
 
 PERCENTS = tuple(range(10, 100, 10))
 NOISE = 0.01
+TIE_POLICY = (
+    "ties removed together: at p, MoRF removes every patch whose value is at least numpy.percentile (linear) of the "
+    "map's pixel values (each patch's value once per pixel) at 100 - p, LeRF the same on the negated map, as "
+    "pytorch-grad-cam's RemoveMostRelevantFirst and RemoveLeastRelevantFirst; a tie at the cut can take more than "
+    "p%; NaN counts as below every value"
+)
 NEIGHBOURS = (
     ((1, 1), 1 / 12),
     ((0, 1), 1 / 6),
@@ -45,6 +58,8 @@ class MethodRoad:
     method: str
     morf: np.ndarray  # (len(percents),) target probability with the most relevant p% imputed
     lerf: np.ndarray  # (len(percents),) with the least relevant p% imputed
+    morf_patches: list[int]  # patches MoRF removed at each percent: about p%, more when a tie straddles the cut
+    lerf_patches: list[int]
 
     @property
     def combined(self) -> float:
@@ -54,11 +69,11 @@ class MethodRoad:
 @dataclass
 class Road:
     percents: list[int]
-    patches: list[int]  # patches removed at each percent
     seed: int
     noise: float
     clean_probability: float
     methods: list[MethodRoad]
+    tie_policy: str = TIE_POLICY
 
 
 def impute(image: Tensor, removed: Tensor, noise: float, generator: torch.Generator) -> Tensor:
@@ -102,17 +117,28 @@ def impute(image: Tensor, removed: Tensor, noise: float, generator: torch.Genera
     return filled.reshape(image.shape)
 
 
+def removed_patches(values: np.ndarray, patch_pixels: int, percent: int) -> tuple[np.ndarray, np.ndarray]:
+    """(MoRF, LeRF) bool arrays over the patches removed at `percent`: TIE_POLICY's threshold rule."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    missing = np.isnan(flat)
+    if missing.any():  # below every value, so ranked last as in the deletion curves
+        low = float(flat[~missing].min()) if (~missing).any() else 0.0
+        flat = np.where(missing, low - 1 - abs(low), flat)
+    pixels = np.repeat(flat, patch_pixels)
+
+    def at_least_percentile(scores: np.ndarray, pixel_scores: np.ndarray) -> np.ndarray:
+        return scores >= np.percentile(pixel_scores, 100 - percent)
+
+    return at_least_percentile(flat, pixels), at_least_percentile(-flat, -pixels)
+
+
 def removal_masks(model: VitModel, values: np.ndarray, percents: Sequence[int]) -> list[tuple[Tensor, Tensor]]:
     """(MoRF, LeRF) pixel masks of the removed patches at each percent."""
-    order = relevance_order(values)
-    patches = model.grid.num_patches
+    patch_pixels = model.grid.patch_size**2
     masks = []
     for percent in percents:
-        count = percent * patches // 100
-        most, least = torch.zeros(patches, dtype=torch.bool), torch.zeros(patches, dtype=torch.bool)
-        most[order[:count]] = True
-        least[order[patches - count :]] = True
-        masks.append((pixel_mask(model.grid, most), pixel_mask(model.grid, least)))
+        most, least = removed_patches(values, patch_pixels, percent)
+        masks.append((pixel_mask(model.grid, torch.from_numpy(most)), pixel_mask(model.grid, torch.from_numpy(least))))
     return masks
 
 
@@ -127,11 +153,13 @@ def road(
     on_progress: Callable[[int], None] | None = None,
 ) -> Road:
     """MoRF and LeRF curves of each (rows, cols) map for one (3, H, W) normalized image."""
-    imputed = []
+    imputed, counts = [], []
+    patch_pixels = model.grid.patch_size**2
     for values in maps.values():
         for most, least in removal_masks(model, values, percents):
             for removed in (most, least):
                 imputed.append(impute(image, removed, NOISE, torch.Generator().manual_seed(seed)))
+                counts.append(int(removed.sum()) // patch_pixels)
     probabilities = []
     batches = torch.stack(imputed).split(model.batch_size)
     for logits in model.stream(model.image_logits, batches):
@@ -139,8 +167,11 @@ def road(
         if on_progress is not None:
             on_progress(len(logits))
     curves = torch.cat(probabilities).double().numpy().reshape(len(maps), len(percents), 2)
+    removed = np.array(counts).reshape(len(maps), len(percents), 2)
     if clean_probability is None:
         clean_probability = float(model.logits(image[None])[0].softmax(dim=-1)[target])
-    methods = [MethodRoad(method, curves[index, :, 0], curves[index, :, 1]) for index, method in enumerate(maps)]
-    counts = [percent * model.grid.num_patches // 100 for percent in percents]
-    return Road(list(percents), counts, seed, NOISE, clean_probability, methods)
+    methods = [
+        MethodRoad(method, curves[index, :, 0], curves[index, :, 1], *(removed[index].T.tolist()))
+        for index, method in enumerate(maps)
+    ]
+    return Road(list(percents), seed, NOISE, clean_probability, methods)

@@ -145,7 +145,7 @@ def road_table(road: Road) -> Table:
         title=f"ROAD: patches imputed (noisy linear, noise {road.noise:g}, seed {road.seed}) at "
         f"{road.percents[0]}..{road.percents[-1]}%; clean probability {road.clean_probability:.4g}",
         caption="MoRF: most relevant removed first (lower mean is better); LeRF: least relevant first (higher is "
-        "better); combined = (mean LeRF - mean MoRF) / 2 (higher is better)",
+        "better); tied patches go together; combined = (mean LeRF - mean MoRF) / 2 (higher is better)",
     )
     for column in ("method", "MoRF mean", "LeRF mean", "combined"):
         table.add_column(column, justify="left" if column == "method" else "right")
@@ -203,7 +203,7 @@ def audits_json(result: Explanation) -> dict[str, Any]:
             "definition": "target probability after noisy linear imputation of the most (MoRF) or least (LeRF) "
             "relevant patches; combined = (mean LeRF - mean MoRF) / 2 (Rong et al. 2022)",
             "percents": road.percents,
-            "patches": road.patches,
+            "tie_policy": road.tie_policy,
             "noise": road.noise,
             "seed": road.seed,
             "clean_probability": road.clean_probability,
@@ -212,6 +212,8 @@ def audits_json(result: Explanation) -> dict[str, Any]:
                     "method": item.method,
                     "morf": item.morf.tolist(),
                     "lerf": item.lerf.tolist(),
+                    "morf_patches": item.morf_patches,
+                    "lerf_patches": item.lerf_patches,
                     "morf_mean": float(item.morf.mean()),
                     "lerf_mean": float(item.lerf.mean()),
                     "combined": item.combined,
