@@ -33,12 +33,8 @@ def test_ssim_and_spearman_equal_scikit_image_and_scipy():
         assert found.spearman_abs == pytest.approx(spearmanr(np.abs(first).ravel(), np.abs(second).ravel()).statistic)
 
 
-@pytest.fixture(scope="module")
-def trained_like():
-    """tiny2 with every parameter moved off its initial value, so a re-initialised module always differs."""
-    from conftest import small_vit
-
-    model = small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
+def moved_off_init(model):
+    """The model with every parameter moved off its initial value, so a re-initialised module always differs."""
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for parameter in model.net.parameters():
@@ -46,14 +42,38 @@ def trained_like():
     return model
 
 
+@pytest.fixture(scope="module")
+def trained_like():
+    from conftest import small_vit
+
+    return moved_off_init(small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64))
+
+
+@pytest.fixture(scope="module")
+def registers_like():
+    """The same with 4 register tokens (a reg_token parameter beside cls_token)."""
+    from conftest import small_vit
+
+    return moved_off_init(small_vit("vit_tiny_patch16_224", depth=2, img_size=64, reg_tokens=4))
+
+
 def owner(parameter: str) -> str:
-    """The schedule's module name owning a state-dict entry."""
-    if parameter.startswith("blocks."):
-        return ".".join(parameter.split(".")[:2])
-    return "embeddings" if parameter.split(".")[0] in {"patch_embed", "pos_embed", "cls_token"} else parameter
+    """The module a state-dict entry belongs to, named as the steps list modules: "blocks.1", "patch_embed",
+    "pos_embed", "cls_token", "reg_token", ..."""
+    parts = parameter.split(".")
+    return ".".join(parts[:2]) if parts[0] == "blocks" else parts[0]
 
 
-def test_randomised_weights_differ_in_exactly_the_named_modules(trained_like):
+@pytest.mark.parametrize(
+    ("model", "embeddings"),
+    [
+        ("trained_like", ["patch_embed", "pos_embed", "cls_token"]),
+        ("registers_like", ["patch_embed", "pos_embed", "cls_token", "reg_token"]),
+    ],
+)
+def test_randomised_weights_differ_in_exactly_the_named_modules(model, embeddings, request):
+    """Before the fix the last cascading step listed "embeddings", no parameter's name."""
+    trained_like = request.getfixturevalue(model)
     net = trained_like.net
     original = copy.deepcopy(net.state_dict())
     seen = {}
@@ -63,10 +83,14 @@ def test_randomised_weights_differ_in_exactly_the_named_modules(trained_like):
         changed = {key for key in state if not torch.equal(state[key], original[key])}
         named = {key for key in state if owner(key) in modules}
         assert changed == named, (kind, name)
+        assert set(modules) <= {owner(key) for key in changed}  # every listed module exists and changed
         for key in named:  # a module gets the same random weights whichever step randomises it
             assert torch.equal(seen.setdefault(key, state[key].clone()), state[key])
         steps += 1
+        if kind == "cascading":
+            last_cascading = modules
     assert steps == 2 * trained_like.depth + 1
+    assert last_cascading == [f"blocks.{index}" for index in range(trained_like.depth - 1, -1, -1)] + embeddings
     assert all(torch.equal(value, original[key]) for key, value in net.state_dict().items())  # restored
     # timm's fresh initialisers: LayerNorm back to 1 and 0, Linear biases 0, Linear weights trunc_normal(0.02).
     with torch.no_grad():
@@ -145,7 +169,8 @@ def test_presentation_writes_the_steps_arrays_rows_and_figure(trained_like, phot
     steps = body["audits"]["sanity"]["steps"]
     depth = trained_like.depth
     assert [step["kind"] for step in steps] == ["original"] + ["cascading"] * (depth + 1) + ["independent"] * depth
-    assert steps[-1]["modules"] == ["blocks.1"] and steps[depth + 1]["modules"][-1] == "embeddings"
+    assert steps[-1]["modules"] == ["blocks.1"]
+    assert steps[depth + 1]["modules"] == ["blocks.1", "blocks.0", "patch_embed", "pos_embed", "cls_token"]
     listed = {entry["file"][len(job.name()) + 1 :]: entry for entry in body["arrays"]}
     stacked = np.load(io.BytesIO(presentation.extra_files["sanity.gradient.npy"]))
     assert list(stacked.shape) == listed["sanity.gradient.npy"]["shape"] == [2 * depth + 3, 4, 4]

@@ -6,7 +6,8 @@ reset_parameters; position embedding trunc_normal(0.02), class and register toke
 every map for the same target class:
 
 - cascading: step k randomises blocks depth..depth-k+1 (the last first); the final step adds the patch embedding,
-  position embedding and class token (and register tokens) together: depth + 1 steps;
+  position embedding, class token and register tokens (those the model has, each listed by its name in the net)
+  together: depth + 1 steps;
 - independent: one block at a time, every other module original: depth steps.
 
 Each module's random weights come from a generator seeded with (seed, module name), so block b gets the same random
@@ -118,9 +119,12 @@ def module_seed(seed: int, name: str) -> int:
     return zlib.crc32(f"{seed}:{name}".encode())
 
 
+TOKENS = ("cls_token", "reg_token")  # prefix tokens, initialised normal(1e-6) as timm does
+
+
 def randomise(net: nn.Module, name: str, seed: int) -> None:
-    """Re-initialise net's module `name` ("blocks.11", or "embeddings": patch embedding, position embedding and
-    prefix tokens) with timm's fresh-model initialiser, from a generator seeded with (seed, name)."""
+    """Re-initialise net's module or parameter `name` ("blocks.11", "patch_embed", "pos_embed", "cls_token",
+    "reg_token") with timm's fresh-model initialiser, from a generator seeded with (seed, name)."""
     from timm.layers import trunc_normal_
     from timm.models import named_apply
     from timm.models.vision_transformer import get_init_weights_vit
@@ -128,24 +132,22 @@ def randomise(net: nn.Module, name: str, seed: int) -> None:
     initialise = get_init_weights_vit(getattr(net, "weight_init_mode", ""), needs_reset=True)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(module_seed(seed, name))
-        if name == "embeddings":
-            named_apply(initialise, net.patch_embed, name="patch_embed", include_root=True)
-            if net.pos_embed is not None:
-                trunc_normal_(net.pos_embed, std=0.02)
-            for token in (net.cls_token, getattr(net, "reg_token", None)):
-                if token is not None:
-                    nn.init.normal_(token, std=1e-6)
+        if name == "pos_embed":
+            trunc_normal_(net.pos_embed, std=0.02)
+        elif name in TOKENS:
+            nn.init.normal_(getattr(net, name), std=1e-6)
         else:
             named_apply(initialise, net.get_submodule(name), name=name, include_root=True)
 
 
 def embedding_modules(net: nn.Module) -> list[str]:
-    """The parameter owners the "embeddings" step randomises."""
-    names = ["patch_embed", "pos_embed", "cls_token"]
-    return names + (["reg_token"] if getattr(net, "reg_token", None) is not None else [])
+    """What the last cascading step randomises besides the blocks: the patch embedding and whichever of the position
+    embedding and the prefix tokens this model has."""
+    present = [name for name in ("pos_embed", *TOKENS) if getattr(net, name, None) is not None]
+    return ["patch_embed", *present]
 
 
-def schedule(depth: int) -> list[tuple[str, str, list[str]]]:
+def schedule(depth: int, embeddings: list[str]) -> list[tuple[str, str, list[str]]]:
     """(kind, step name, modules randomised) for the cascading and the independent steps."""
     steps = []
     for count in range(1, depth + 1):
@@ -153,7 +155,7 @@ def schedule(depth: int) -> list[tuple[str, str, list[str]]]:
         name = f"block {depth}" if count == 1 else f"blocks {depth}..{depth - count + 1}"
         steps.append(("cascading", name, blocks))
     blocks = [f"blocks.{index}" for index in range(depth - 1, -1, -1)]
-    steps.append(("cascading", f"blocks {depth}..1 + embeddings", [*blocks, "embeddings"]))
+    steps.append(("cascading", f"blocks {depth}..1 + embeddings", [*blocks, *embeddings]))
     steps += [("independent", f"block {index + 1} alone", [f"blocks.{index}"]) for index in range(depth)]
     return steps
 
@@ -165,7 +167,7 @@ def randomised_models(model: VitModel, seed: int) -> Iterator[tuple[str, str, li
     original = {name: tensor.detach().clone() for name, tensor in net.state_dict().items()}
     try:
         done: set[str] = set()
-        for kind, name, modules in schedule(model.depth):
+        for kind, name, modules in schedule(model.depth, embedding_modules(net)):
             if kind == "independent" or not set(modules) >= done:
                 net.load_state_dict(original)
                 done = set()
