@@ -199,3 +199,49 @@ def test_command_runs_the_sanity_checks(cli, workdir, photo):
     assert {"sanity.csv", "sanity.png", "sanity.rollout.npy", "rollout.npy"} <= set(files)
     (entry,) = document["result"]["audits"]["sanity"]["methods"]
     assert entry["method"] == "rollout" and isinstance(entry["passed"], bool)
+
+
+def test_the_figure_of_a_12_block_model_fits_a_laptop_screen_with_readable_text():
+    """Before the fix: one strip of 16 columns, 3,857 px wide, step titles at 6 pt."""
+    import io
+
+    import matplotlib.text
+    from PIL import Image
+
+    from vitcli import figures
+    from vitcli.experiments.sanity import Sanity, SanityStep, Similarity, schedule
+    from vitcli.presentation.explain_sanity import figure, figure_writer
+
+    generator = np.random.default_rng(0)
+    methods = ["gradient", "rollout", "gradcam"]
+    steps = [("original", "original", [])] + schedule(12, ["patch_embed", "pos_embed", "cls_token"])
+    score = Similarity(0.5, 0.4, 0.3)
+    result = Sanity(
+        0,
+        0.5,
+        [
+            SanityStep(
+                kind, name, modules, {m: generator.random((14, 14)) for m in methods}, dict.fromkeys(methods, score)
+            )
+            for kind, name, modules in steps
+        ],
+        7,
+        {m: generator.random((14, 14)) for m in methods},
+        dict.fromkeys(methods, score),
+    )
+    crop = generator.integers(0, 256, (224, 224, 3), dtype=np.uint8)
+    stream = io.BytesIO()
+    figure_writer(result, crop, "RANDOM weights")(stream)
+    width, height = Image.open(io.BytesIO(stream.getvalue())).size
+    assert width <= 1600, (width, height)
+    built = figure(result, crop, "RANDOM weights")
+    try:
+        titles = [panel.title for panel in built.get_axes() if panel.get_title()]
+        cascade = [name for kind, name, _ in steps if kind != "independent"]
+        # Every map panel names its step (not only the first method's), the names in order, at 9 pt or more.
+        assert [title.get_text().replace("\n", " ") for title in titles] == cascade * len(methods)
+        assert min(title.get_fontsize() for title in titles) >= 9
+        texts = [text for text in built.findobj(matplotlib.text.Text) if text.get_text() and text.get_visible()]
+        assert min(text.get_fontsize() for text in texts) >= 8  # tick labels, legends and axis labels too
+    finally:
+        figures.plt.close(built)

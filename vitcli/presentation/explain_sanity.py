@@ -121,40 +121,54 @@ def figure_writer(result: Sanity, crop: np.ndarray, weights_label: str) -> Any:
     return write
 
 
+# Readable at 100% zoom on a laptop: at most COLUMNS maps of PANEL inches per row, so the figure stays within about
+# 1,500 px at the saved 150 dpi however deep the model; the rows wrap instead.
+COLUMNS = 5
+PANEL = 2.0
+CURVES = 2.4  # inches of height for each method's similarity curves
+TITLE_SIZE = 10
+TEXT_SIZE = 9
+
+
+def _step_title(name: str) -> str:
+    """The step's name, "+ embeddings" on a line of its own so a panel's title stays within its width."""
+    return name.replace(" + ", "\n+ ")
+
+
 def figure(result: Sanity, crop: np.ndarray, weights_label: str) -> Any:
-    """One row per method: the map after each cascading step (each on its own scale) and the similarity curves."""
+    """Per method: |map| after each cascading step (each on its own scale), COLUMNS to a row, then the similarity
+    curves over the steps."""
     from vitcli import figures
 
     methods = list(result.steps[0].maps)
     cascade = [step for step in result.steps if step.kind in ("original", "cascading")]
-    columns = len(cascade) + 2
-    fig = figures.plt.figure(figsize=(1.6 * columns, 1.9 * len(methods) + 0.8), layout="constrained")
-    panels = fig.subplots(len(methods), columns, squeeze=False)
-    for row, method in enumerate(methods):
-        for column, step in enumerate(cascade):
-            panel = panels[row][column]
+    columns = min(COLUMNS, len(cascade))
+    rows = -(-len(cascade) // columns)
+    section = rows * (PANEL + 0.3) + CURVES + 0.5
+    fig = figures.plt.figure(figsize=(PANEL * max(columns, 4), section * len(methods) + 1.0), layout="constrained")
+    sections = fig.subfigures(len(methods), 1, squeeze=False)[:, 0]
+    for method, part in zip(methods, sections, strict=True):
+        part.suptitle(method, fontsize=12, fontweight="bold")
+        grid = part.add_gridspec(rows + 1, columns, height_ratios=[PANEL] * rows + [CURVES])
+        for index, step in enumerate(cascade):
+            panel = part.add_subplot(grid[index // columns, index % columns])
             values = np.abs(step.maps[method])
             low, high = float(np.nanmin(values)), float(np.nanmax(values))
             figures.overlay(panel, crop, values, "inferno", low, high if high > low else low + 1e-12, alpha=0.7)
             panel.set_xticks([])
             panel.set_yticks([])
-            if row == 0:
-                panel.set_title(step.name, fontsize=6)
-            if column == 0:
-                panel.set_ylabel(method, fontsize=8)
-        grid = panels[row][-2].get_subplotspec().get_gridspec()
-        panels[row][-2].remove()
-        panels[row][-1].remove()
-        curves = fig.add_subplot(grid[row, -2:])  # the last two columns
+            panel.set_title(_step_title(step.name), fontsize=TITLE_SIZE)
+        curves = part.add_subplot(grid[rows, :])
         steps = range(len(cascade))
         for key, label in (("spearman_abs", "Spearman |map|"), ("spearman_signed", "Spearman map"), ("ssim", "SSIM")):
             curves.plot(steps, [getattr(step.similarity[method], key) for step in cascade], marker=".", label=label)
-        curves.axhline(result.threshold, color="gray", linestyle="--", linewidth=0.8)
+        curves.axhline(result.threshold, color="gray", linestyle="--", linewidth=0.8, label="pass threshold")
         curves.set_ylim(-1.05, 1.05)
-        curves.set_xlabel("cascading step", fontsize=7)
-        curves.tick_params(labelsize=6)
-        if row == 0:
-            curves.legend(fontsize=6)
+        curves.set_xticks(list(steps))
+        curves.set_xlabel("cascading step (0: original; the panels above in order)", fontsize=TEXT_SIZE)
+        curves.set_ylabel("similarity", fontsize=TEXT_SIZE)
+        curves.tick_params(labelsize=TEXT_SIZE)
+        curves.legend(fontsize=TEXT_SIZE, loc="best", ncols=4)
     note = _note(weights_label)
     title = "sanity: |map| after each cascading randomisation step, each on its own scale"
     figures.title(fig, title + (f"\n{note}" if note else ""), weights_label)
