@@ -77,6 +77,15 @@ def test_a_huge_split_seed_is_a_usage_error(cli, workdir, no_model_load):
          "experiments[0].command: ['predict'] is not an experiment vitcli can run"),
         ("a file that is not UTF-8", b"name = 'caf\xe9'\n[[experiments]]\ncommand = 'predict'\n",
          "is not UTF-8 text"),
+        ("arrays nested deeper than the parser goes", b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n",
+         "is not valid TOML: values nested too deeply"),
+        ("inline tables nested deeper than the parser goes", b"x = " + b"{a=" * 2000 + b"1" + b"}" * 2000 + b"\n",
+         "is not valid TOML: values nested too deeply"),
+        ("one option in both spellings", b"[[experiments]]\ncommand = 'predict'\ntop-k = 3\ntop_k = 4\n",
+         "experiments[0]: `top-k` and `top_k` are the same option: give it once"),
+        ("one model option in both spellings", b"[model]\nbatch-size = 2\nbatch_size = 4\n"
+         b"[[experiments]]\ncommand = 'predict'\n",
+         "model: `batch-size` and `batch_size` are the same option: give it once"),
     ],
 )  # fmt: skip
 def test_config_usage_errors_exit_2_not_internal_errors(cli, photo, workdir, no_model_load, case, content, message):

@@ -222,8 +222,49 @@ def test_seed_without_random_weights_warns(cli, photo, monkeypatch):
     monkeypatch.setattr(vitcli.loading, "load_model", no_weights)
     result = cli("predict", photo, "--seed", "3", "--device", "cpu")
     assert "warning: --seed only applies to --weights random" in result.stderr
+    assert "the pretrained weights are used and the seed changes nothing" in result.stderr
     random = cli("predict", photo, "--weights", "random", "--seed", "3", "--device", "cpu")
     assert "warning" not in random.stderr
+
+
+def test_seed_with_a_configs_random_weights_is_used_and_not_called_ignored(cli, photo, workdir):
+    """Before the fix: `vitcli run` with `weights = "random"` in its config and `--seed 7` warned that the seed was
+    ignored (the warning came before the config was read), yet the weights were drawn from seed 7."""
+    config = workdir / "seeded.toml"
+    config.write_text(
+        f'images = ["{photo}"]\n[model]\nweights = "random"\ndevice = "cpu"\n[[experiments]]\ncommand = "predict"\n'
+    )
+    seeded = cli("run", config, "--seed", "7", "-o", "run", "-f", "csv")
+    assert seeded.exit_code == 0, seeded.stderr
+    assert "warning" not in seeded.stderr and "ignored" not in seeded.stderr, seeded.stderr
+
+    def top(result) -> dict[str, str]:
+        return {row["key"]: row["value"] for row in csv.DictReader(io.StringIO(result.stdout))}
+
+    single_seed_7 = cli("predict", photo, "--weights", "random", "--seed", "7", "--device", "cpu", "-f", "json")
+    best = json.loads(single_seed_7.stdout)["results"][0]["result"]["top"][0]
+    assert top(seeded)["predict_top1_class"] == str(best["class_index"])
+    assert float(top(seeded)["predict_top1_probability"]) == pytest.approx(best["probability"], rel=1e-5)
+    unseeded = cli("run", config, "-o", "run0", "-f", "csv")
+    assert top(unseeded)["predict_top1_probability"] != top(seeded)["predict_top1_probability"]
+    manifest = json.loads((workdir / "run" / "seeded" / "manifest.json").read_text())
+    assert manifest["provenance"]["weights"]["seed"] == 7
+
+
+def test_a_configs_seed_without_random_weights_warns_naming_the_key(cli, photo, workdir, monkeypatch):
+    import vitcli.loading
+    from vitcli.errors import VitcliError
+
+    def no_weights(*args, **kwargs):
+        raise VitcliError("weights are not needed for this test")
+
+    monkeypatch.setattr(vitcli.loading, "load_model", no_weights)
+    config = workdir / "pretrained.toml"
+    config.write_text(f'images = ["{photo}"]\n[model]\nseed = 3\n[[experiments]]\ncommand = "predict"\n')
+    result = cli("run", config, "--device", "cpu")
+    assert result.stderr.count("warning") == 1, result.stderr
+    assert "warning: model.seed only applies to random weights" in result.stderr, result.stderr
+    assert "the pretrained weights are used and the seed changes nothing" in result.stderr, result.stderr
 
 
 def test_messages_go_to_stderr_and_quiet_keeps_only_the_data(cli, photo):

@@ -96,7 +96,7 @@ class CommandContext:
 
     @property
     def command_line(self) -> str:
-        return shlex.join(["vitcli", *sys.argv[1:]])
+        return " ".join(["vitcli", *(_shell_word(argument) for argument in sys.argv[1:])])
 
     def provenance(self, model: VitModel) -> dict[str, Any]:
         return {**model.provenance(), "weights_label": model.spec.label, "command": self.command_line}
@@ -112,6 +112,7 @@ class CommandContext:
     def images(self, arguments: Sequence[str] | None, report: Report | None = None) -> list[Path]:
         """The images of a run: arguments expanded (an unusable argument is a failure of the report, not the end),
         or the sample photo when there are none; then this process's --shard."""
+        from vitcli.filenames import escaped_path
         from vitcli.images import resolve_images, sample_photo
 
         if not arguments:
@@ -128,9 +129,9 @@ class CommandContext:
                 from vitcli.runner import Failure
 
                 report.images += 1
-                report.failures.append(Failure(argument, None, str(error)))
+                report.failures.append(Failure(escaped_path(argument), None, str(error)))
                 self.messages.error(str(error))
-                self.emitter.failure(argument, str(error))
+                self.emitter.failure(escaped_path(argument), str(error))
         paths = list(dict.fromkeys(paths))
         return self.shard.select(paths) if self.shard is not None else paths
 
@@ -190,3 +191,13 @@ def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job])
                 "scores; `patches` and `attend` work without one"
             )
         job.check(architecture)
+
+
+def _shell_word(argument: str) -> str:
+    """One argument as the shell reads it back. One with bytes that are not UTF-8 (a Latin-1 file name) in bash's
+    `$'...'` quoting, whose `\\xHH` and `\\\\` are exactly vitcli's file name escapes (vitcli.filenames)."""
+    from vitcli.filenames import escaped_path
+
+    if not any("\udc80" <= character <= "\udcff" for character in argument):
+        return shlex.quote(argument)
+    return "$'" + escaped_path(argument).replace("'", "\\'") + "'"

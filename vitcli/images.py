@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vitcli.errors import VitcliError
+from vitcli.filenames import escaped_path
 from vitcli.hashing import file_sha256
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm"}
@@ -27,9 +28,18 @@ class ImageSource:
     original_size: tuple[int, int]  # (width, height)
     original_mode: str
 
+    @property
+    def display_path(self) -> str:
+        """The path as every output writes it: a name that is not UTF-8 escaped (vitcli.filenames)."""
+        return escaped_path(self.path)
+
+    @property
+    def display_name(self) -> str:
+        return escaped_path(self.path.name)
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "path": str(self.path),
+            "path": self.display_path,
             "sha256": self.sha256,
             "original_width": self.original_size[0],
             "original_height": self.original_size[1],
@@ -56,17 +66,19 @@ def resolve_images(arguments: list[str]) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
             if not found:
-                raise VitcliError(f"no images in directory {path} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
+                raise VitcliError(
+                    f"no images in directory {escaped_path(path)} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})"
+                )
             paths.extend(found)
         elif path.is_file():
             paths.append(path)
         elif glob.has_magic(argument):
             matches = sorted(Path(match) for match in glob.glob(argument, recursive=True) if Path(match).is_file())
             if not matches:
-                raise VitcliError(f"no files match {argument}")
+                raise VitcliError(f"no files match {escaped_path(argument)}")
             paths.extend(matches)
         else:
-            raise VitcliError(f"no such file or directory: {argument}")
+            raise VitcliError(f"no such file or directory: {escaped_path(argument)}")
     return paths
 
 
@@ -89,19 +101,19 @@ def load_rgb(path: Path) -> tuple[Any, ImageSource]:
                 opened.load()
                 rgb = _to_rgb(ImageOps.exif_transpose(opened))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise VitcliError(f"{path} is too large to decode safely ({error})") from error
+        raise VitcliError(f"{escaped_path(path)} is too large to decode safely ({error})") from error
     except UnidentifiedImageError as error:
         formats = f"{', '.join(PILLOW_FORMATS[:-1])} or {PILLOW_FORMATS[-1]}"
-        raise VitcliError(f"{path} is not an image that Pillow can read as {formats}") from error
+        raise VitcliError(f"{escaped_path(path)} is not an image that Pillow can read as {formats}") from error
     except OSError as error:
         if error.filename is not None:  # the file system's error, not the decoder's
-            raise VitcliError(f"cannot read {path}: {(error.strerror or str(error)).lower()}") from error
-        raise VitcliError(f"{path} is damaged or truncated{_detail(error)}") from error
+            raise VitcliError(f"cannot read {escaped_path(path)}: {(error.strerror or str(error)).lower()}") from error
+        raise VitcliError(f"{escaped_path(path)} is damaged or truncated{_detail(error)}") from error
     except MemoryError:  # a full memory says nothing about the file
         raise
     except Exception as error:
         # Pillow's decoders report damaged data with many exception types (SyntaxError, struct.error, EOFError...).
-        raise VitcliError(f"{path} is damaged or truncated{_detail(error)}") from error
+        raise VitcliError(f"{escaped_path(path)} is damaged or truncated{_detail(error)}") from error
     return rgb, source
 
 

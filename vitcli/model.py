@@ -27,6 +27,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor
 
 from vitcli.errors import VitcliError
+from vitcli.filenames import escaped_path
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
 from vitcli.spec import WeightsSpec
@@ -154,7 +155,7 @@ class VitModel:
         if self.spec.random:
             return {"source": "random", "seed": self.spec.seed, "note": "untrained weights: outputs are meaningless"}
         if self.spec.checkpoint is not None:
-            checkpoint: dict[str, Any] = {"source": "checkpoint", "path": str(self.spec.checkpoint.resolve())}
+            checkpoint: dict[str, Any] = {"source": "checkpoint", "path": escaped_path(self.spec.checkpoint.resolve())}
             if self.spec.recorded is not None:
                 checkpoint["recorded"] = dict(self.spec.recorded)  # the backbone and settings it was made with
             if self.spec.untrained_backbone_seed is not None:

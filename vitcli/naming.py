@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from vitcli.filenames import escaped_path
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _LONGEST = 80
 MODEL_SUBJECT = "model"
@@ -50,8 +52,9 @@ def path_hash(path: Path, digits: int = 10) -> str:
 
 
 def image_subject(path: Path) -> str:
-    """The folder of one input file: its sanitized stem and a hash of its absolute path."""
-    return f"{safe_name(path.stem, 'image')}-{path_hash(path)}"
+    """The folder of one input file: its sanitized stem (a byte that is not UTF-8 as `_xHH`) and a hash of its
+    absolute path."""
+    return f"{safe_name(escaped_path(path.stem), 'image')}-{path_hash(path)}"
 
 
 def set_subject(paths: Iterable[Path]) -> str:

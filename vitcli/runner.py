@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.errors import VitcliError
+from vitcli.filenames import escaped_path
 from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
 from vitcli.output import Emitter, Messages, csv_text, json_text
@@ -42,7 +43,7 @@ class Published:
 
 @dataclass
 class Failure:
-    subject: str  # the image path (or argument) that failed
+    subject: str  # the image path (or argument) that failed, escaped as outputs write it (vitcli.filenames)
     job: str | None  # the result name, or None when the image itself could not be read
     message: str
 
@@ -178,7 +179,7 @@ class Runner:
         from vitcli.naming import set_subject
 
         subject = set_subject(paths)
-        subject_json = {"images": [str(path) for path in paths]}
+        subject_json = {"images": [escaped_path(path) for path in paths]}
         for job in self.aggregating.values():
             name = f"{job.name()}-across-images"
             documents = stored_documents(self.publisher, [image_subject(path) for path in paths], job.name())
@@ -206,7 +207,7 @@ class Runner:
             try:
                 works.append((path, ImageWork(self.model, self.model.prepare(path), steps)))
             except VitcliError as error:
-                failure = Failure(str(path), None, str(error))
+                failure = Failure(escaped_path(path), None, str(error))
                 if self.fail_fast:
                     return works, failure
                 self.fail(report, failure)
@@ -224,7 +225,9 @@ class Runner:
 
     def _run_one(self, job: Job, work: ImageWork, subject: str, report: Report) -> None:
         source = work.image.source
-        self._compute_and_publish(job, lambda: job.compute(work), subject, source.to_json(), str(source.path), report)
+        self._compute_and_publish(
+            job, lambda: job.compute(work), subject, source.to_json(), source.display_path, report
+        )
 
     def _compute_and_publish(
         self,

@@ -112,10 +112,15 @@ def _root(
 
 
 def vitcli_command(
-    name: str, examples: Sequence[str] = (), options: Sequence[str] | None = None, **command_settings: Any
+    name: str,
+    examples: Sequence[str] = (),
+    options: Sequence[str] | None = None,
+    reads_config: bool = False,
+    **command_settings: Any,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a command that takes a CommandContext first; the shared options (all, or the names in `options`
-    for commands that load no model) are added to its signature and `examples` (command lines) end its --help."""
+    for commands that load no model) are added to its signature and `examples` (command lines) end its --help.
+    `reads_config`: the command completes the shared options from a config and builds its own context from them."""
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(function, eval_str=True)
@@ -136,7 +141,7 @@ def vitcli_command(
                 option: arguments.pop(option) if option in taken else default for option, _, default in SHARED_OPTIONS
             }
             with errors_for_people(shared_values["debug"]):
-                context = build_context(name, **shared_values)
+                context = build_context(name, **shared_values, seed_name=None if reads_config else "--seed")
                 context.explicit_options = _given_on_the_command_line(parse_context, shared_values)
                 context.option_values = shared_values
                 function(context, **arguments)
@@ -226,16 +231,24 @@ def build_context(
     debug: bool,
     fail_fast: bool,
     shard: str | None,
+    seed_name: str | None = "--seed",
 ) -> CommandContext:
-    """The shared options checked and turned into a CommandContext; every refusal here is a usage error (exit 2)."""
+    """The shared options checked and turned into a CommandContext; every refusal here is a usage error (exit 2).
+    `seed_name` is where the seed came from, for the warning that it changes nothing; None: no warning yet (the
+    options are not final: `vitcli run` completes them from its config and builds the context again)."""
     if quiet:
         # Pillow, numpy, matplotlib and torch speak through `warnings`; --quiet means none of it.
         warnings.simplefilter("ignore")
         os.environ.setdefault("PYTHONWARNINGS", "ignore")
     if checkpoint is not None and weights is Weights.random:
         raise UsageError("--checkpoint and --weights random contradict each other: choose one source of weights")
-    if seed is not None and weights is not Weights.random:
-        print("warning: --seed only applies to --weights random; it is ignored here", file=sys.stderr)
+    if seed_name is not None and seed is not None and weights is not Weights.random:
+        source = "the checkpoint's" if checkpoint is not None else "the pretrained"
+        print(
+            f"warning: {seed_name} only applies to {'--weights random' if seed_name == '--seed' else 'random weights'}"
+            f"; {source} weights are used and the seed changes nothing",
+            file=sys.stderr,
+        )
     spec = WeightsSpec(
         model_name=model,
         random=weights is Weights.random,

@@ -114,6 +114,11 @@ def load_config(path: Path) -> RunConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"config {path} is not valid TOML: {error}") from error
+    except RecursionError as error:  # tomllib parses nested arrays and inline tables by recursion
+        raise UsageError(
+            f"config {path} is not valid TOML: values nested too deeply (arrays or inline tables inside each other, "
+            "deeper than the parser can follow)"
+        ) from error
     _known(data, TOP_LEVEL_KEYS, "")
     base = path.resolve().parent
     images = data.get("images", [])
@@ -123,6 +128,7 @@ def load_config(path: Path) -> RunConfig:
         raise UsageError("images: must be a list of paths, folders or globs (strings)")
     model = _table(data, "model")
     _known(model, tuple(MODEL_KEYS), "model.", normalize=True)
+    _one_spelling(model, "model")
     model_options = {MODEL_KEYS[_python_name(key)]: value for key, value in model.items()}
     for key in ("checkpoint", "labels"):
         if key in model_options:
@@ -171,6 +177,7 @@ def _experiment(index: int, table: Any, target: str | None, base: Path) -> Exper
     accepted = inspect.signature(builder).parameters
     parameters = _click_parameters(command)
     options: dict[str, Any] = {}
+    _one_spelling(table, where)
     for key, value in table.items():
         if key == "command":
             continue
@@ -242,6 +249,15 @@ def _known(table: dict[str, Any], keys: tuple[str, ...], prefix: str, normalize:
         name = _python_name(key) if normalize else key
         if name not in keys:
             raise UsageError(f"{prefix}{key}: unknown key (known: {', '.join(keys)})")
+
+
+def _one_spelling(table: dict[str, Any], where: str) -> None:
+    """`top-k` and `top_k` name one option: both in one table would silently keep the last, so both are refused."""
+    spellings: dict[str, str] = {}
+    for key in table:
+        first = spellings.setdefault(_python_name(key), key)
+        if first != key:
+            raise UsageError(f"{where}: `{first}` and `{key}` are the same option: give it once")
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from vitcli.batch.manifest import Manifest, stem, summary_frame
 from vitcli.batch.record import Record, RecordWriter, read_record
 from vitcli.batch.views import ACROSS, VIEWS_LOCK, merge_runs, record_view, stored_document, write_views
 from vitcli.errors import UsageError
+from vitcli.filenames import escaped_path, path_from_escaped
 from vitcli.hashing import file_sha256
 from vitcli.naming import MODEL_SUBJECT, image_subject, safe_name, set_subject
 from vitcli.store import OutputStore
@@ -65,7 +66,7 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
         "name": config.name,
         "identity": identity,
         "shard": shard,
-        "config": config.as_run(context.explicit_options, [str(path) for path in paths]),
+        "config": config.as_run(context.explicit_options, [escaped_path(path) for path in paths]),
         "provenance": provenance,
         "result_names": [job.name() for job in jobs],
     }
@@ -229,10 +230,10 @@ def _across_images(context: CommandContext, merged: Manifest, into: Path) -> lis
         model_folder = Path(results[0]["files"][0]).parent.parent.name
         publisher = Publisher(OutputStore(into), model_folder, context.emitter, context.messages, merged.provenance)
         publisher.announce_files = False
-        images = [Path(entry["image"]) for entry in results]
+        images = [path_from_escaped(entry["image"]) for entry in results]
         settings = {**results[0]["settings"], "images": len(documents)}
         job = AcrossImages(results[0]["command"], f"{name}{ACROSS}", settings, presentation)
         subject = set_subject(images)
-        paths, _ = publisher.publish(subject, {"images": [str(image) for image in images]}, job, None)
+        paths, _ = publisher.publish(subject, {"images": [escaped_path(image) for image in images]}, job, None)
         entries.append(result_entry(Published(subject, None, job, paths, 0.0, 0.0, presentation.summary), into))
     return entries

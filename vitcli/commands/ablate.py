@@ -124,7 +124,7 @@ class AblateJob(Job):
         if key not in self._replacements:
             paths = [key] if key is not None else self.reference
             self._replacements[key] = reference_replacements(work.model, self.mode, self.ablations, paths)
-        work.steps.start(len(self.ablations), f"ablating {work.image.source.path.name}")
+        work.steps.start(len(self.ablations), f"ablating {work.image.source.display_name}")
         return ablate(
             work.model, work.image, self.ablations, self._replacements[key], self.target, on_progress=work.steps.advance
         )

@@ -12,6 +12,7 @@ from vitcli.shell import build_context, vitcli_command
 
 @vitcli_command(
     "run",
+    reads_config=True,
     examples=[
         "vitcli run configs/lecture.toml",
         "vitcli run configs/lecture.toml examples/images/Persian_98.jpg --weights random",
@@ -49,7 +50,8 @@ def run_command(
     for key in ("checkpoint", "labels"):
         if isinstance(settings[key], str):
             settings[key] = Path(settings[key])
-    run_context = build_context("run", **settings)
+    seed_name = "--seed" if "seed" in context.explicit_options else "model.seed"
+    run_context = build_context("run", **settings, seed_name=seed_name)
     run_context.explicit_options = context.explicit_options
     run_context.emitter.tidy_csv = True
     run_context.emitter.show_tables = False

@@ -167,7 +167,7 @@ class ExplainJob(Job):
             settings = MapSettings(self.block or work.model.depth, self.fill, gradients=self.gradients)
             total += count_audit_work(work.model, self.methods, settings, self.audits)
         if total:
-            work.steps.start(total, f"explaining {work.image.source.path.name}")
+            work.steps.start(total, f"explaining {work.image.source.display_name}")
         result = explain(
             work.model,
             work.image,

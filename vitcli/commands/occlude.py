@@ -114,7 +114,7 @@ class PatchOcclusionJob(OcclusionJob):
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.occlusion import occlude_patches
 
-        work.steps.start(len(self.windows), f"occluding {work.image.source.path.name}")
+        work.steps.start(len(self.windows), f"occluding {work.image.source.display_name}")
         return occlude_patches(
             work.model,
             work.image,

@@ -7,6 +7,7 @@ import typer
 
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
+from vitcli.filenames import escaped_path
 from vitcli.jobs import Job, Presentation
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.shell import vitcli_command
@@ -109,7 +110,7 @@ def probe_command(
         f"wrote {written[0]} and its class names {written[1]}; use it with "
         f"`vitcli predict IMAGE --model {model.name} --checkpoint {written[0]}`"
     )
-    subject_json = {"path": str(data_dir), "classes": classes, "images": len(folder.paths)}
+    subject_json = {"path": escaped_path(data_dir), "classes": classes, "images": len(folder.paths)}
     context.publish([(job, result, subject, subject_json)], provenance)
 
 

@@ -164,7 +164,7 @@ def trace_image(
     max_error = max([stage.error for stage in tracer.stages if stage.error is not None] + [s.error for s in summaries])
     if max(max_error, logits_error) > SELF_CHECK_TOLERANCE:
         raise VitcliError(
-            f"trace self-check failed for {image.source.path}: the explicit forward differs from timm's own by "
+            f"trace self-check failed for {image.source.display_path}: the explicit forward differs from timm's own by "
             f"{max(max_error, logits_error):.3g} (tolerance {SELF_CHECK_TOLERANCE:g})"
         )
     first = cls_states[0]

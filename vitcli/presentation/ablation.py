@@ -30,7 +30,8 @@ def _class_text(chosen: Any) -> str:
 def table(result: AblationResult) -> Table:
     view = Table(
         title=(
-            f"{result.source.path}\nablating for {_class_text(result.target)} (clean logit {result.clean_logit:.4g}, "
+            f"{result.source.display_path}\nablating for {_class_text(result.target)} "
+            f"(clean logit {result.clean_logit:.4g}, "
             f"p {result.target.probability:.4g}; clean top-1 {_class_text(result.clean_top1)})"
         ),
         caption=f"{_definition(result.mode, result.reference)}\n{weights_caption(result.weights_label)}",
@@ -151,7 +152,7 @@ def figure(result: AblationResult) -> Any:
     )
     figures.title(
         fig,
-        f"{result.source.path.name}: {result.mode}-ablation, target {_class_text(result.target)}",
+        f"{result.source.display_name}: {result.mode}-ablation, target {_class_text(result.target)}",
         result.weights_label,
     )
     return fig

@@ -4,7 +4,6 @@ pieces every attention presentation shares (`attention_summary`, `rollout`)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,7 @@ def table(result: QueryAttention) -> Table:
     if len(result.maps) == 1:
         row = result.maps[0]
         single = titled_table(
-            result.source.path,
+            result.source.display_path,
             f"block {row.block}, head {row.head}: attention of {query_label(result.query)}",
             f"CLS attention {percent(row.attention[0])}%, self attention "
             f"{percent(row.attention[result.query.token])}%, sum over all {result.grid.num_tokens} sources "
@@ -31,7 +30,7 @@ def table(result: QueryAttention) -> Table:
         )
         return ranked_sources(single, result.grid, row.top(result.top_k), "attention %")
     many = titled_table(
-        result.source.path,
+        result.source.display_path,
         f"attention of {query_label(result.query)}",
         self_check_caption(result.self_check, result.weights),
     )
@@ -131,7 +130,7 @@ def figure(result: QueryAttention, scale: str = "own") -> Any:
     colorbar.set_label(f"attention (not renormalized)\n{scale_note(scale, len(maps), low, high)}", fontsize=8)
     together = "" if len(maps) == 1 else "; one colour scale for all maps"
     figures.title(
-        fig, f"{result.source.path.name}: attention of query {query_label(result.query)}{together}", result.weights
+        fig, f"{result.source.display_name}: attention of query {query_label(result.query)}{together}", result.weights
     )
     return fig
 
@@ -167,9 +166,9 @@ def self_check_caption(self_check: dict[int, float], weights: str) -> str:
     )
 
 
-def titled_table(path: Path, what: str, caption: str) -> Table:
-    """A table titled by what it shows (kept on one line) and the image it shows it for."""
-    return Table(title=f"{what}\n{path}", caption=caption, min_width=len(what) + 4)
+def titled_table(shown_path: str, what: str, caption: str) -> Table:
+    """A table titled by what it shows (kept on one line) and the image it shows it for (its path as shown)."""
+    return Table(title=f"{what}\n{shown_path}", caption=caption, min_width=len(what) + 4)
 
 
 def ranked_sources(table: Table, grid: PatchGrid, ranked: list[tuple[int, float]], value_column: str) -> Table:

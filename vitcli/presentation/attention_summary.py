@@ -23,7 +23,7 @@ from vitcli.render import weights_caption
 def table(result: AttentionSummary) -> Table:
     worst = max(result.self_check.values())
     summary_table = titled_table(
-        result.source.path,
+        result.source.display_path,
         f"attention summary of {_query_label(result)}",
         "entropy of the row in bits; mean distance between query and patch sources in patches, weighted by their "
         "share of the patch attention"
@@ -125,7 +125,7 @@ def figure(result: AttentionSummary, scale: str = "own") -> Any:
                                color="black" if bright else "white")  # fmt: skip
         colorbar = fig.colorbar(image, ax=panel, shrink=0.8)
         colorbar.set_label(f"{label}\n{scale_note(scale, 1, low, high)}", fontsize=7)
-    figures.title(fig, f"{result.source.path.name}: attention summary of {_query_label(result)}", result.weights)
+    figures.title(fig, f"{result.source.display_name}: attention summary of {_query_label(result)}", result.weights)
     return fig
 
 

@@ -55,7 +55,7 @@ def component_name(term: Term, token_names: tuple[str, ...]) -> str:
 
 def table(result: AttributionResult) -> Table:
     view = Table(
-        title=f"{result.source.path}\ndirect logit attribution of the {_metric_text(result)}, by {result.by}",
+        title=f"{result.source.display_path}\ndirect logit attribution of the {_metric_text(result)}, by {result.by}",
         caption=f"{DEFINITION}\n{_check_text(result)}\n{weights_caption(result.weights_label)}",
     )
     embedding = result.block_terms[0].value
@@ -139,7 +139,9 @@ def figure(result: AttributionResult) -> Any:
 
     fig = _token_figure(result) if result.by == TOKEN else _block_figure(result)
     figures.title(
-        fig, f"{result.source.path.name}: direct logit attribution of the {_metric_text(result)}", result.weights_label
+        fig,
+        f"{result.source.display_name}: direct logit attribution of the {_metric_text(result)}",
+        result.weights_label,
     )
     return fig
 

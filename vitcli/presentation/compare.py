@@ -57,7 +57,7 @@ def _images_table(result: CompareResult) -> Table:
     for index, comparison in enumerate(result.images):
         best = comparison.top[0]
         images.add_row(
-            letter(index), str(comparison.source.path), str(best.index), best.label, f"{best.probability:.6f}"
+            letter(index), comparison.source.display_path, str(best.index), best.label, f"{best.probability:.6f}"
         )
     return images
 
@@ -84,7 +84,7 @@ def _depth_table(result: CompareResult) -> Table:
 def _readout_table(result: CompareResult, index: int) -> Table:
     comparison = result.images[index]
     readout = Table(
-        title=f"{letter(index)} ({comparison.source.path.name}): classifier readout logit = w_c . h + b_c",
+        title=f"{letter(index)} ({comparison.source.display_name}): classifier readout logit = w_c . h + b_c",
         caption=(
             f"softmax: p_c = exp(z_c - {comparison.max_logit:.4f}) / {comparison.shifted_exp_sum:.4f} "
             "(the largest logit, and the sum over every class j of exp(z_j - largest logit))"
@@ -158,8 +158,8 @@ def _extremes_table(result: CompareResult) -> Table:
         first, second = int(firsts[position]), int(seconds[position])
         extremes.add_row(
             f"{letter(first)}~{letter(second)}",
-            result.images[first].source.path.name,
-            result.images[second].source.path.name,
+            result.images[first].source.display_name,
+            result.images[second].source.display_name,
             f"{matrix[first, second]:.4f}",
         )
     return extremes
@@ -224,7 +224,7 @@ def rows(result: CompareResult) -> list[dict[str, Any]]:
                 patch_mean_distance=pair.patch_mean_distance[block],
             )
     for index, comparison in enumerate(result.images):
-        path = str(comparison.source.path)
+        path = comparison.source.display_path
         for entry in comparison.readouts:
             add(
                 kind="readout",
@@ -332,7 +332,7 @@ def figure(result: CompareResult) -> Any:
         colorbar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     count = len(result.images)
     shown = result.images if count <= NAMED_IN_TITLE else result.images[:2]
-    named = ", ".join(f"{letter(index)} = {c.source.path.name}" for index, c in enumerate(shown))
+    named = ", ".join(f"{letter(index)} = {c.source.display_name}" for index, c in enumerate(shown))
     more = f", ... {count} images (all named in the CSV and JSON)" if len(shown) < count else ""
     figures.title(fig, f"{result.model_name}: {named}{more}", result.weights)
     return fig

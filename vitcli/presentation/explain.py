@@ -58,7 +58,7 @@ def _check_text(result: Explanation) -> str:
 
 def table(result: Explanation, top: int = TOP_PATCHES) -> Group:
     maps = Table(
-        title=f"{result.source.path}\ntop patches per method for {_target_text(result)}",
+        title=f"{result.source.display_path}\ntop patches per method for {_target_text(result)}",
         caption=(
             "raw values, each method in its own unit: "
             + "; ".join(f"{item.method}: {item.unit}" for item in result.maps)
@@ -298,7 +298,7 @@ def figure(result: Explanation) -> Any:
         maps_part, curves_part = fig.subfigures(2, 1, height_ratios=[4.4, 5.0])
         _draw_maps(figures, maps_part, result)
         _draw_curves(curves_part, result)
-    figures.title(fig, f"{result.source.path.name}: maps for {_target_text(result)}", result.weights_label)
+    figures.title(fig, f"{result.source.display_name}: maps for {_target_text(result)}", result.weights_label)
     return fig
 
 

@@ -32,7 +32,7 @@ def table(result: Exploration) -> Table:
     stored = result.stored_error()
     explorer = Table(
         title=f"attention explorer: {len(result.blocks)} blocks x {result.heads} heads x "
-        f"{result.grid.num_tokens} x {result.grid.num_tokens}\n{result.source.path}",
+        f"{result.grid.num_tokens} x {result.grid.num_tokens}\n{result.source.display_path}",
         caption=f"{PRECISION}; largest |stored - exact| measured {stored['attention']:.2g}\n"
         f"open the .html file in a browser: click a patch, move with the arrow keys\n{weights_caption(result.weights)}",
     )
@@ -106,7 +106,7 @@ def summary(result: Exploration) -> dict[str, Any]:
 def page(result: Exploration) -> str:
     """The explorer as one self-contained HTML document."""
     header = {
-        "image": result.source.path.name,
+        "image": result.source.display_name,
         "model": result.model,
         "weights": result.weights,
         "random": is_random(result.weights),
@@ -123,7 +123,7 @@ def page(result: Exploration) -> str:
         "maps": _maps_json(result.explanation),
     }
     return PAGE.substitute(
-        title=html.escape(f"attention explorer: {result.source.path.name}"),
+        title=html.escape(f"attention explorer: {result.source.display_name}"),
         header=_script_json(header),
         crop=_png_data_uri(result.crop),
         attention=_float16_base64(result.attention),

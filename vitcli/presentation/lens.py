@@ -26,7 +26,7 @@ def _top1_text(readout: LensReadout) -> str:
 
 def table(result: LensResult) -> Table:
     lens = Table(
-        title=f"{result.source.path}\nlogit lens for {_target_text(result)}",
+        title=f"{result.source.display_path}\nlogit lens for {_target_text(result)}",
         caption=(
             f"{DEFINITION}\nrank 1 = the largest logit; "
             f"block {result.depth} CLS readout vs the model's logits: max |difference| {result.final_difference:g}"
@@ -107,7 +107,7 @@ def figure(result: LensResult) -> Any:
         panel.set_xlabel("after block (counting from 1)")
         panel.set_xticks(range(1, result.depth + 1))
         panel.legend(fontsize=8)
-    figures.title(fig, f"{result.source.path.name}: logit lens for {_target_text(result)}", result.weights_label)
+    figures.title(fig, f"{result.source.display_name}: logit lens for {_target_text(result)}", result.weights_label)
     return fig
 
 

@@ -38,7 +38,7 @@ def table(result: Any) -> Any:
 def _quadrant_table(result: QuadrantOcclusion) -> Table:
     base = result.base
     quadrants = Table(
-        title=f"{base.source.path}\n{base.fill} quadrants, target {_short(base.target)}; * = top-1 changed",
+        title=f"{base.source.display_path}\n{base.fill} quadrants, target {_short(base.target)}; * = top-1 changed",
         caption=weights_caption(base.weights),
     )
     for column in ("region", "box l,t,r,b", "target p", "drop (pts)", "top-1 after", "max"):
@@ -65,7 +65,7 @@ def _quadrant_table(result: QuadrantOcclusion) -> Table:
 def _patch_table(result: PatchOcclusion) -> Group:
     base, counts, largest, windows = result.base, result.counts, result.largest, result.windows
     facts = Table(
-        title=f"{base.source.path}  {len(result.outcomes)} covers of {windows.size}x{windows.size} px, stride "
+        title=f"{base.source.display_path}  {len(result.outcomes)} covers of {windows.size}x{windows.size} px, stride "
         f"{windows.stride}, {base.fill} fill: target {_short(base.target)}",
         caption=weights_caption(base.weights),
         show_header=False,
@@ -265,7 +265,7 @@ def _quadrant_figure(result: QuadrantOcclusion) -> Any:
         )
     title(
         fig,
-        f"{base.source.path.name}: probability of {base.target.index} {_first_name(base.target)}\n"
+        f"{base.source.display_name}: probability of {base.target.index} {_first_name(base.target)}\n"
         f"with each quadrant covered ({base.fill} fill)",
         base.weights,
     )
@@ -294,7 +294,7 @@ def _patch_figure(result: PatchOcclusion) -> Any:
     fig.colorbar(mappable, ax=panels, shrink=0.8, pad=0.03, label="drop in percentage points (red: probability fell)")
     title(
         fig,
-        f"{base.source.path.name}: drop in probability of {base.target.index} {_first_name(base.target)} "
+        f"{base.source.display_name}: drop in probability of {base.target.index} {_first_name(base.target)} "
         f"({len(result.outcomes)} covers {windows.size}x{windows.size} px, stride {windows.stride}, {base.fill} fill)",
         base.weights,
     )

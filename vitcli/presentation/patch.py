@@ -66,7 +66,7 @@ def _images_table(result: PatchResult) -> Table:
         best = side.top[0]
         images.add_row(
             role,
-            str(side.source.path),
+            side.source.display_path,
             f"{best.index} {_short(best.label)}",
             f"{best.probability:.6f}",
             f"{side.m:+.4f}",

@@ -32,7 +32,7 @@ def grid_facts(result: PatchRows) -> dict[str, Any]:
 def table(result: PatchRows, shown_values: int) -> Group:
     grid = result.grid
     facts = Table(
-        title=f"{result.source.path.name}: patches", caption=weights_caption(result.weights), show_header=False
+        title=f"{result.source.display_name}: patches", caption=weights_caption(result.weights), show_header=False
     )
     facts.add_column("fact")
     facts.add_column("value", justify="right")
@@ -131,8 +131,8 @@ def figure(result: PatchRows) -> Any:
         figures.outline(panel, grid.pixel_box(detail.patch), color="yellow", width=2.5)
     figures.title(
         fig,
-        f"{result.source.path.name}: {grid.image_height}x{grid.image_width} crop, {grid.rows}x{grid.cols} patches of "
-        f"{grid.patch_size}px (P1..P{grid.num_patches}, row by row)",
+        f"{result.source.display_name}: {grid.image_height}x{grid.image_width} crop, "
+        f"{grid.rows}x{grid.cols} patches of {grid.patch_size}px (P1..P{grid.num_patches}, row by row)",
         result.weights,
     )
     return fig

@@ -11,7 +11,9 @@ from vitcli.render import weights_caption
 
 
 def table(result: Prediction) -> Table:
-    return top_table(result.top, f"{result.source.path}  top {len(result.top)}", weights_caption(result.weights))
+    return top_table(
+        result.top, f"{result.source.display_path}  top {len(result.top)}", weights_caption(result.weights)
+    )
 
 
 def top_table(scores: list[ClassScore], title: str, caption: str | None = None) -> Table:
@@ -57,7 +59,7 @@ def figure(result: Prediction) -> Any:
     for position, score in zip(positions, scores, strict=True):
         axes.text(score.probability, position, f" {score.probability:.4f}", va="center", fontsize=8)
     axes.set_xlabel("probability (softmax over all classes)")
-    figures.title(fig, f"{result.source.path.name}: top {len(scores)} classes", result.weights)
+    figures.title(fig, f"{result.source.display_name}: top {len(scores)} classes", result.weights)
     return fig
 
 

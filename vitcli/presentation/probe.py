@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 
 from vitcli.experiments.probe import ProbeResult
+from vitcli.filenames import escaped_path
 from vitcli.render import weights_caption
 
 MISTAKES_SHOWN = 10
@@ -55,7 +56,7 @@ def table(result: ProbeResult) -> Group:
             wrong.add_column(column, justify="right" if column == "probability" else "left")
         for image in mistakes[:MISTAKES_SHOWN]:
             wrong.add_row(
-                str(image.path),
+                escaped_path(image.path),
                 result.classes[image.label],
                 result.classes[image.predicted],
                 f"{image.probability:.4f}",
@@ -67,7 +68,7 @@ def table(result: ProbeResult) -> Group:
 def rows(result: ProbeResult) -> list[dict[str, Any]]:
     return [
         {
-            "path": str(image.path),
+            "path": escaped_path(image.path),
             "sha256": image.sha256,
             "class": result.classes[image.label],
             "split": image.split,

@@ -29,7 +29,7 @@ METHOD = "attention rollout (Abnar and Zuidema 2020): heads fused, identity adde
 def table(result: Rollout) -> Table:
     worst = max(result.self_check.values())
     rollout_table = titled_table(
-        result.source.path,
+        result.source.display_path,
         f"{method(result)}: row of {query_label(result.query)}",
         f"rollout (Abnar and Zuidema 2020), not a single head's attention: CLS {percent(result.row[0])}%, "
         f"sum {float(result.row.sum()):.6f}\nself-check max |difference| {worst:.2g} "
@@ -93,7 +93,7 @@ def figure(result: Rollout, scale: str = "own") -> Any:
     fig.colorbar(mappable, ax=panels, shrink=0.8).set_label(label, fontsize=8)
     figures.title(
         fig,
-        f"{result.source.path.name}: {method(result)}\n"
+        f"{result.source.display_name}: {method(result)}\n"
         f"row of {query_label(result.query)}: not a single head's attention",
         result.weights,
     )

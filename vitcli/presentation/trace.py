@@ -19,7 +19,7 @@ def table(result: TraceResult) -> Group:
     shown = result.shown_values
     names = ", ".join(token.name for token in result.followed)
     stages = Table(
-        title=f"{result.source.path.name}: {result.model_name}, pixels to probabilities (following {names})",
+        title=f"{result.source.display_name}: {result.model_name}, pixels to probabilities (following {names})",
         caption=weights_caption(result.weights),
     )
     stages.add_column("stage")
@@ -173,7 +173,7 @@ def figure(result: TraceResult) -> Any:
     cosines.set_xlabel("block")
     cosines.set_ylabel("cosine with the CLS row leaving block 1")
     figures.title(
-        fig, f"{result.source.path.name}: {result.model_name}, followed rows through the depth", result.weights
+        fig, f"{result.source.display_name}: {result.model_name}, followed rows through the depth", result.weights
     )
     return fig
 
