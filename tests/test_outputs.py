@@ -207,13 +207,57 @@ def test_distinct_settings_get_distinct_names_within_the_limit_and_the_same_sett
         settings.add((tokens, blocks, generator.choice([1, 3, 1000]), generator.choice([0.1, 0.1 + 1e-12, 2.0])))
     names = {}
     for tokens, blocks, values, noise in settings:
-        name = result_name("trace", setting("t", tokens), setting("b", blocks), setting("v", values), setting("s", noise))
+        name = result_name(
+            "trace", setting("t", tokens), setting("b", blocks), setting("v", values), setting("s", noise)
+        )
         assert len(name) <= LONGEST_RESULT_NAME and SAFE_NAME.match(name), name
         assert name not in names, (name, names.get(name), (tokens, blocks, values, noise))
         names[name] = (tokens, blocks, values, noise)
-        again = result_name("trace", setting("t", tokens), setting("b", blocks), setting("v", values), setting("s", noise))
+        again = result_name(
+            "trace", setting("t", tokens), setting("b", blocks), setting("v", values), setting("s", noise)
+        )
         assert again == name
     assert any(len(name) == LONGEST_RESULT_NAME for name in names)  # some were shortened
+
+
+@pytest.mark.parametrize(
+    ("command", "spellings"),
+    [
+        ("trace", [{"token": ["0,74"]}, {"token": ["cls", " P74 ", "r5c3", "074"]}]),
+        ("trace", [{"blocks": ["all"]}, {"blocks": ["1-12"]}, {"blocks": ["1-6", "7,8,9-12"]}]),
+        ("explore", [{}, {"blocks": "all"}, {"blocks": "1-12"}, {"blocks": "01-6,7-12"}]),
+        ("patches", [{"patch": ["63"]}, {"patch": ["P63"]}, {"patch": ["r4c6"]}]),
+        ("attend", [{"block": 4, "head": 1, "query": q} for q in ("74", "P74", "r5c3", " p074")]),
+    ],
+)
+def test_one_setting_spelled_several_ways_gets_one_name(command, spellings):
+    """Names come from the parsed settings, never from the text typed (issue 27 item 2)."""
+    from vitcli import cli as _commands  # noqa: F401  (registers the job builders)
+    from vitcli.jobs import JOB_BUILDERS
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    architecture = describe(WeightsSpec(random=True))
+    names = set()
+    for options in spellings:
+        (job,) = JOB_BUILDERS[command](**options)
+        job.check(architecture)
+        names.add(job.name())
+    assert len(names) == 1, names
+
+
+def test_two_mask_folders_of_one_name_are_two_settings(tmp_path):
+    from vitcli.commands.explain import explain_jobs
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    names = set()
+    for parent in ("a", "b"):
+        (tmp_path / parent / "masks").mkdir(parents=True)
+        (job,) = explain_jobs(masks=tmp_path / parent / "masks")
+        job.check(describe(WeightsSpec(random=True)))
+        names.add(job.name())
+    assert len(names) == 2, names
 
 
 def test_a_text_setting_that_sanitizing_changes_keeps_its_own_name():

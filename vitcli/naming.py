@@ -31,7 +31,7 @@ from typing import Any
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _LONGEST = 80
-LONGEST_RESULT_NAME = 80
+LONGEST_RESULT_NAME = 120  # the whole stem; each file adds a suffix (.json, -across-images.csv)
 _HASH_DIGITS = 8
 MODEL_SUBJECT = "model"
 
