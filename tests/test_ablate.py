@@ -219,6 +219,13 @@ def test_a_config_must_name_the_reference_of_mean_ablation(cli, photo, workdir):
         (["--heads", "4.9"], "--heads 4.9: head 9 does not exist; each block has heads 1..3"),
         (["--heads", "4"], "write heads as BLOCK.HEAD (4.2), comma-separated, or all"),
         (["--blocks", "4.ffn"], "write sublayers as BLOCK.attn or BLOCK.mlp (4.attn), or all"),
+        # Superscript two: a digit to str.isdigit, not to int() (issue 27 item 7: internal error, exit 1).
+        (["--heads", "\u00b2.1"], "--heads '\u00b2.1': write heads as BLOCK.HEAD (4.2)"),
+        (["--blocks", "\u00b2.attn"], "--blocks '\u00b2.attn': write sublayers as BLOCK.attn or BLOCK.mlp"),
+        # Arabic-Indic three: int() reads it as 3, but the result's name dropped it (issue 27 item 2).
+        (["--heads", "\u0663.1"], "--heads '\u0663.1': write heads as BLOCK.HEAD (4.2)"),
+        (["--heads", "1.\u0663"], "write heads as BLOCK.HEAD (4.2)"),
+        (["--blocks", "\u0663.mlp"], "write sublayers as BLOCK.attn or BLOCK.mlp"),
         (["--mode", "mean", "--reference", "EMPTY"], "no images in directory"),
         (["--reference", "EMPTY"], "--mode zero replaces with 0"),
         (["--model", "vit_base_patch16_xp_224"], "block 1 (ParallelScalingBlock) has no norm1, attn, attn.qkv"),
@@ -230,3 +237,34 @@ def test_usage_errors_exit_2_before_the_model_loads(cli, photo, workdir, options
     result = cli("ablate", photo, *RANDOM_CPU, *[workdir / "EMPTY" if item == "EMPTY" else item for item in options])
     assert result.exit_code == 2, result.stderr
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"heads": "4.1,3.2"}, {"heads": " 04.1 , 3.02,4.1"}),  # spaces, leading zeros and a repeat
+        ({"heads": "all"}, {"heads": ",".join(f"{b}.{h}" for b in range(1, 13) for h in range(1, 4))}),
+        ({"blocks": "2.attn,11.mlp"}, {"blocks": "02.attn, 11.mlp,2.attn"}),
+        ({"blocks": "all"}, {"blocks": ",".join(f"{b}.{s}" for b in range(1, 13) for s in ("attn", "mlp"))}),
+    ],
+)
+def test_one_setting_spelled_two_ways_gets_one_name(first, second):
+    """Names come from the parsed ablations, never from the text typed (issue 27 item 2)."""
+    assert job_name(first) == job_name(second)
+
+
+def test_different_heads_get_different_names():
+    """The order given is kept (it is the order of the result's rows), so it is part of the name."""
+    names = [job_name({"heads": text}) for text in ("4.1,3.2", "3.2,4.1", "4.1", "all", "1.1,1.2,1.3,2.1,2.2,2.3,3.1")]
+    assert len(set(names)) == len(names), names
+    assert len({job_name({"blocks": text}) for text in ("4.attn", "4.mlp", "4.attn,4.mlp", "all")}) == 4
+
+
+def job_name(options: dict) -> str:
+    from vitcli.commands.ablate import ablate_jobs
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    (job,) = ablate_jobs(**options)
+    job.check(describe(WeightsSpec(random=True)))
+    return job.name()

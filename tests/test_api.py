@@ -23,6 +23,8 @@ from vitcli.errors import UsageError, VitcliError
 
 from conftest import RANDOM_CPU, result_files
 
+MODEL = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+
 CASES = [
     ("attend", {"block": 4, "head": 1, "query": 74}, ["--block", "4", "--head", "1", "--query", "74"]),
     ("predict", {"top_k": 3}, ["--top-k", "3"]),
@@ -93,7 +95,7 @@ def test_the_api_runs_the_commands_jobs(model, photo, monkeypatch):
     ("call", "error", "message", "code"),
     [
         (lambda m, p: vitcli.attend(m, p, block=13, head=1), UsageError, "--block must be between 1 and 12", 2),
-        (lambda m, p: vitcli.attend(m, p, view="heat"), UsageError, "--view must be one of", 2),
+        (lambda m, p: vitcli.attend(m, p, view="heat"), UsageError, "view: Invalid value for '--view'", 2),
         (lambda m, p: vitcli.attend(m, p, colour="red"), UsageError, "`attend` has no option 'colour'", 2),
         (lambda m, p: vitcli.predict(m, p, top_k=0), UsageError, "--top-k must be between 1 and 1000", 2),
         (lambda m, p: vitcli.explore(m, p, blocks="0"), UsageError, "--blocks 0: blocks run from 1 to 12", 2),
@@ -106,6 +108,49 @@ def test_errors_are_typed_never_system_exit(model, photo, call, error, message, 
     with pytest.raises(error, match=message) as raised:
         call(model, photo)
     assert raised.value.exit_code == code
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m, p: vitcli.predict(m, p, top_k="x"), "top_k: Invalid value for '--top-k'"),
+        (lambda m, p: vitcli.predict(m, p, top_k=3.5), "top_k: 3.5 is not an integer"),
+        (lambda m, p: vitcli.predict(m, 123), "image must be the path of an image file (a str or pathlib.Path)"),
+        (lambda m, p: vitcli.predict(m.name, p), f"not the name '{MODEL}': pass vitcli.load_model('{MODEL}')"),
+        (lambda m, p: vitcli.predict(object(), p), "model must be a loaded model from vitcli.load_model"),
+        (lambda m, p: vitcli.ablate(m, p, heads="\u00b2.1"), "--heads '\u00b2.1': write heads as BLOCK.HEAD (4.2)"),
+        (lambda m, p: vitcli.ablate(m, p, blocks="\u00b2.attn"), "--blocks '\u00b2.attn': write sublayers as"),
+        (lambda m, p: vitcli.attend(m, p, block=4, head=1, query=True), "query: True is not a value this option"),
+        (lambda m, p: vitcli.attend(m, p, block=True, head=1), "block: True is not a value this option takes"),
+        (lambda m, p: vitcli.attend(m, p, all_heads="yes", block=4), "all_heads: 'yes' is not true or false"),
+        (lambda m, p: vitcli.run_experiment(["predict"], m, p), "['predict'] is not an experiment"),
+        (
+            lambda m, p: vitcli.load_model(weights="random", batch_size=0),
+            "batch_size: Invalid value for '--batch-size'",
+        ),
+        (
+            lambda m, p: vitcli.load_model(weights="random", batch_size=-3),
+            "batch_size: Invalid value for '--batch-size'",
+        ),
+        (lambda m, p: vitcli.load_model(weights="random", batch_size=True), "batch_size: True is not a value"),
+        (lambda m, p: vitcli.load_model(weights="random", seed="x"), "seed: Invalid value for '--seed'"),
+        (lambda m, p: vitcli.load_model(m, weights="random"), "name must be a timm model name such as"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_usage_errors_with_the_command_lines_message(model, photo, call, message):
+    """Issue 27 item 15: these raised TypeError, AttributeError or ValueError, or (batch_size=0) were accepted."""
+    with pytest.raises(UsageError) as raised:
+        call(model, photo)
+    assert message in str(raised.value) and raised.value.exit_code == 2, str(raised.value)
+    assert "\n" not in str(raised.value) and "Error" not in str(raised.value)
+
+
+def test_text_where_the_command_line_takes_a_number_is_read_as_the_command_line_reads_it(model, photo):
+    as_text = vitcli.predict(model, photo, top_k="3")
+    assert as_text.name == "predict-k3"
+    assert without_command_line(as_text.to_dict()) == without_command_line(
+        vitcli.predict(model, photo, top_k=3).to_dict()
+    )
 
 
 def test_import_vitcli_stays_light():

@@ -48,6 +48,61 @@ def test_counts_and_seeds_out_of_range_exit_2_in_one_line_before_the_model_loads
     assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
 
 
+SUPERSCRIPT_TWO, ARABIC_THREE = "\u00b2", "\u0663"  # digits to str.isdigit; int() refuses the first, reads the second
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["lens", "--target", SUPERSCRIPT_TWO], f"--target '{SUPERSCRIPT_TWO}' matches no class label"),
+        (["lens", "--target", ARABIC_THREE], f"--target '{ARABIC_THREE}' matches no class label"),
+        (
+            ["explore", "--blocks", SUPERSCRIPT_TWO],
+            f"--blocks {SUPERSCRIPT_TWO}: write blocks as 4, 1-4, 1,6,12 or all",
+        ),
+        (["explore", "--blocks", f"1-{ARABIC_THREE}"], "write blocks as 4, 1-4, 1,6,12 or all"),
+        (["trace", "--blocks", SUPERSCRIPT_TWO], f"--blocks {SUPERSCRIPT_TWO}: give block numbers 1..12"),
+        (["trace", "--blocks", ARABIC_THREE], f"--blocks {ARABIC_THREE}: give block numbers 1..12"),
+        (["trace", "--blocks", "1_2"], "--blocks 1_2: give block numbers 1..12"),  # int() reads it as 12
+        (["trace", "--token", ARABIC_THREE], f"--token {ARABIC_THREE}: cannot read patch"),
+        (["patches", "--patch", ARABIC_THREE], f"cannot read patch '{ARABIC_THREE}'"),
+        (["patches", "--patch", f"r{ARABIC_THREE}c1"], "cannot read patch"),
+        (["attend", "--query", SUPERSCRIPT_TWO], "cannot read patch"),
+    ],
+)
+def test_numbers_in_other_scripts_are_refused_in_one_line_before_the_model_loads(
+    cli, photo, no_model_load, args, message
+):
+    """Issue 27 item 7's audit: every option that reads a number from text takes ASCII digits only."""
+    command, *options = args
+    result = cli(command, photo, *RANDOM_CPU, *options)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+
+
+def test_compare_pairs_read_ascii_numbers_only():
+    from vitcli.errors import UsageError
+    from vitcli.experiments.compare import parse_pairs
+
+    assert (0, 2) in parse_pairs("1~3", 3)
+    for text in (f"1~{ARABIC_THREE}", f"{SUPERSCRIPT_TWO}~1"):
+        with pytest.raises(UsageError, match="no image"):
+            parse_pairs(text, 3)
+
+
+def test_natural_order_and_terminal_width_take_ascii_digits_only(monkeypatch):
+    from vitcli.batch.manifest import natural_key
+    from vitcli.output import _pipe_width
+
+    assert sorted(["attention-b12", "attention-b6", f"x{SUPERSCRIPT_TWO}"], key=natural_key)[:2] == [
+        "attention-b6",
+        "attention-b12",
+    ]
+    monkeypatch.setenv("COLUMNS", SUPERSCRIPT_TWO)
+    assert _pipe_width() > 0
+
+
 @pytest.mark.parametrize(
     "args",
     [

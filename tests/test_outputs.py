@@ -23,7 +23,7 @@ from PIL import Image
 
 from vitcli import interrupts, store
 from vitcli.errors import VitcliError
-from vitcli.naming import image_subject, safe_name, set_subject
+from vitcli.naming import LONGEST_RESULT_NAME, image_subject, result_name, safe_name, set_subject, setting
 from vitcli.store import INDEX, OutputStore, ResultFiles, read_index
 
 from conftest import RANDOM_CPU, result_files
@@ -177,6 +177,95 @@ def test_csv_files_of_several_runs_concatenate(cli, photo, newfoundland, workdir
 
 
 # ----- nothing outside the output folder
+
+
+def test_two_token_lists_that_differ_after_the_cut_keep_both_results(cli, photo, workdir):
+    """Issue 27 item 2: the 80-character cut made both lists one name, and the second run replaced the first."""
+    shared = ",".join(str(patch) for patch in range(1, 40))
+    runs = [f"{shared},150", f"{shared},151"]
+    for tokens in runs:
+        result = cli("trace", photo, *RANDOM_CPU, "--token", tokens, "--blocks", "none", "--values", "1", "-q")
+        assert result.exit_code == 0, result.stderr
+    (folder,) = subject_folders(workdir / "outputs")
+    names = [name for name in indexed_results(folder) if name.startswith("trace-")]
+    assert len(names) == 2 and all(len(name) <= LONGEST_RESULT_NAME for name in names), names
+    followed = {name: json.loads((folder / f"{name}.json").read_text())["result"] for name in names}
+    assert sorted(result["followed"][-1]["name"] for result in followed.values()) == ["P150", "P151"]
+    for name in names:
+        assert OutputStore(workdir / "outputs").is_complete(folder, name)
+
+
+def test_distinct_settings_get_distinct_names_within_the_limit_and_the_same_settings_the_same_name():
+    """A property over many random settings: the names are a function of the settings, injective, and bounded."""
+    import random
+
+    generator = random.Random(27)
+    settings = set()
+    while len(settings) < 3000:
+        tokens = tuple(f"P{generator.randint(1, 196)}" for _ in range(generator.choice([1, 2, 5, 20, 60])))
+        blocks = tuple(sorted(generator.sample(range(1, 13), generator.randint(1, 12))))
+        settings.add((tokens, blocks, generator.choice([1, 3, 1000]), generator.choice([0.1, 0.1 + 1e-12, 2.0])))
+    names = {}
+    for tokens, blocks, values, noise in settings:
+        name = result_name(
+            "trace", setting("t", tokens), setting("b", blocks), setting("v", values), setting("s", noise)
+        )
+        assert len(name) <= LONGEST_RESULT_NAME and SAFE_NAME.match(name), name
+        assert name not in names, (name, names.get(name), (tokens, blocks, values, noise))
+        names[name] = (tokens, blocks, values, noise)
+        again = result_name(
+            "trace", setting("t", tokens), setting("b", blocks), setting("v", values), setting("s", noise)
+        )
+        assert again == name
+    assert any(len(name) == LONGEST_RESULT_NAME for name in names)  # some were shortened
+
+
+@pytest.mark.parametrize(
+    ("command", "spellings"),
+    [
+        ("trace", [{"token": ["0,74"]}, {"token": ["cls", " P74 ", "r5c3", "074"]}]),
+        ("trace", [{"blocks": ["all"]}, {"blocks": ["1-12"]}, {"blocks": ["1-6", "7,8,9-12"]}]),
+        ("explore", [{}, {"blocks": "all"}, {"blocks": "1-12"}, {"blocks": "01-6,7-12"}]),
+        ("patches", [{"patch": ["63"]}, {"patch": ["P63"]}, {"patch": ["r4c6"]}]),
+        ("attend", [{"block": 4, "head": 1, "query": q} for q in ("74", "P74", "r5c3", " p074")]),
+    ],
+)
+def test_one_setting_spelled_several_ways_gets_one_name(command, spellings):
+    """Names come from the parsed settings, never from the text typed (issue 27 item 2)."""
+    from vitcli import cli as _commands  # noqa: F401  (registers the job builders)
+    from vitcli.jobs import JOB_BUILDERS
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    architecture = describe(WeightsSpec(random=True))
+    names = set()
+    for options in spellings:
+        (job,) = JOB_BUILDERS[command](**options)
+        job.check(architecture)
+        names.add(job.name())
+    assert len(names) == 1, names
+
+
+def test_two_mask_folders_of_one_name_are_two_settings(tmp_path):
+    from vitcli.commands.explain import explain_jobs
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    names = set()
+    for parent in ("a", "b"):
+        (tmp_path / parent / "masks").mkdir(parents=True)
+        (job,) = explain_jobs(masks=tmp_path / parent / "masks")
+        job.check(describe(WeightsSpec(random=True)))
+        names.add(job.name())
+    assert len(names) == 2, names
+
+
+def test_a_text_setting_that_sanitizing_changes_keeps_its_own_name():
+    """Two texts that sanitize to the same characters ("a b", "a_b", "a\u00e9b", "ab") must not share a name."""
+    texts = ["a b", "a_b", "a\u00e9b", "ab", "a/b", "a" * 100, "a" * 101]
+    names = [result_name("x", setting("m", text)) for text in texts]
+    assert len(set(names)) == len(texts), names
+    assert all(SAFE_NAME.match(name) and len(name) <= LONGEST_RESULT_NAME for name in names), names
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,18 @@ builds the command's own Jobs (`vitcli.jobs.JOB_BUILDERS`, the code `vitcli atte
 use), checks them against the loaded model before computing, and publishes the result through the commands'
 Publisher into memory instead of the output folder: `to_dict()` is the JSON file the command writes, `to_frame()` its
 CSV. Errors are vitcli.errors' typed errors (UsageError for a bad option, VitcliError for a bad image or weights
-file), never SystemExit. Nothing heavy is imported until a function runs.
+file), never SystemExit. Every option goes through the command line's own conversion first (the click parameter
+Typer built for it, as `vitcli run` configs do), so it is refused with the command's message, and a text is read as
+the command line reads it (top_k="3" is 3). Nothing heavy is imported until a function runs.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,22 +67,27 @@ def load_model(
     `checkpoint`) or "random" (seeded, untrained)."""
     from vitcli.spec import WeightsSpec
 
-    if weights not in ("pretrained", "random"):
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"name must be a timm model name such as {DEFAULT_MODEL!r}, not {name!r}")
+    if not isinstance(weights, str) or weights not in ("pretrained", "random"):
         raise UsageError(f"weights must be 'pretrained' or 'random', not {weights!r}")
     if checkpoint is not None and weights == "random":
         raise UsageError("checkpoint and weights='random' contradict each other: choose one source of weights")
-    if device not in ("auto", "cpu", "cuda", "mps"):
+    if not isinstance(device, str) or device not in ("auto", "cpu", "cuda", "mps"):
         raise UsageError(f"device must be one of auto, cpu, cuda, mps, not {device!r}")
+    # --seed, --checkpoint, --labels and --batch-size as the command line converts and bounds them.
+    given = {"seed": seed, "checkpoint": checkpoint, "labels": labels, "batch_size": batch_size}
+    shared = _command_line_options("predict", {key: value for key, value in given.items() if value is not None})
     spec = WeightsSpec(
         model_name=name,
         random=weights == "random",
-        seed=seed,
-        checkpoint=None if checkpoint is None else Path(checkpoint),
-        labels=None if labels is None else Path(labels),
+        seed=shared.get("seed", 0),
+        checkpoint=shared.get("checkpoint"),
+        labels=shared.get("labels"),
     )
     from vitcli.loading import load_model as load
 
-    return load(spec, device, batch_size)
+    return load(spec, device, shared.get("batch_size"))
 
 
 @dataclass
@@ -133,7 +142,10 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     from vitcli.context import check_jobs
     from vitcli.jobs import JOB_BUILDERS
 
-    if command not in JOB_BUILDERS:
+    _check_model(model)
+    if image is not None and not isinstance(image, (str, os.PathLike)):
+        raise UsageError(f"image must be the path of an image file (a str or pathlib.Path), not {image!r}")
+    if not isinstance(command, str) or command not in JOB_BUILDERS:
         raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(sorted(JOB_BUILDERS))})")
     jobs = JOB_BUILDERS[command](**_options(command, JOB_BUILDERS[command], options))
     check_jobs(model.name, architecture_of(model), jobs)
@@ -143,24 +155,50 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     return _compute_and_publish(job, model, image, _call_text(command, image, options))
 
 
+def _check_model(model: Any) -> None:
+    from vitcli.model import VitModel
+
+    if isinstance(model, str):
+        raise UsageError(f"model must be a loaded model, not the name {model!r}: pass vitcli.load_model({model!r})")
+    if not isinstance(model, VitModel):
+        raise UsageError(f"model must be a loaded model from vitcli.load_model(...), not {type(model).__name__}")
+
+
 def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """The options as the command line would give them: a number where text is expected (query=74) becomes text,
-    one value where a list is expected becomes a list of one."""
+    """The options converted as the command line converts them: a number where text is expected (query=74) becomes
+    text, one value where a list is expected a list of one, text where a number is expected is read as the command
+    line reads it; True or False where a value is expected, and values outside the option's range or choices, are
+    refused with the command's message."""
     parameters = inspect.signature(builder).parameters
+    unknown = [key for key in options if key not in parameters]
+    if unknown:
+        known = ", ".join(sorted(parameters))
+        raise UsageError(f"`{command}` has no option {unknown[0]!r} (its options: {known})")
+    return _command_line_options(command, options)
+
+
+def _command_line_options(command: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Each option through the click parameter the command line has for it (the conversion `vitcli run` configs use);
+    None, the option's "not given", and options without a parameter pass as they are."""
+    from vitcli.batch.config import _convert
+
+    parameters = _command_line_parameters(command)
     converted = {}
     for key, value in options.items():
-        if key not in parameters:
-            known = ", ".join(sorted(parameters))
-            raise UsageError(f"`{command}` has no option {key!r} (its options: {known})")
-        annotation = str(parameters[key].annotation)
-        if annotation.startswith("list[") and value is not None and not isinstance(value, (list, tuple)):
-            value = [value]
-        if isinstance(value, (list, tuple)) and "list[str]" in annotation:
-            value = [str(item) for item in value]
-        elif isinstance(value, int) and not isinstance(value, bool) and "str" in annotation and "int" not in annotation:
-            value = str(value)
+        if isinstance(value, tuple):
+            value = list(value)
+        if value is not None and key in parameters:
+            value = _convert(parameters[key], value, key)
         converted[key] = value
     return converted
+
+
+@functools.cache
+def _command_line_parameters(command: str) -> dict[str, Any]:
+    from vitcli import cli  # noqa: F401  (registers every command)
+    from vitcli.batch.config import _click_parameters
+
+    return _click_parameters(command)
 
 
 def architecture_of(model: VitModel) -> Architecture:

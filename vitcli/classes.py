@@ -6,14 +6,15 @@ import difflib
 from collections.abc import Sequence
 
 from vitcli.errors import UsageError
+from vitcli.spec import ascii_number
 
 
 def resolve_class(labels: Sequence[str], text: str, option: str = "--target") -> int:
     """The class `text` names: an index, or a label matched case-insensitively (the whole label, then one of its
     comma-separated names, then a part of it); several matches or none are usage errors that list candidates."""
     cleaned = text.strip()
-    if cleaned.isdigit():
-        index = int(cleaned)
+    index = ascii_number(cleaned)
+    if index is not None:
         if index >= len(labels):
             raise UsageError(f"{option} {index} does not exist: class indexes are 0..{len(labels) - 1}")
         return index

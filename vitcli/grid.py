@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from vitcli.errors import UsageError
 
-_GRID_POSITION = re.compile(r"r(\d+)c(\d+)")
-_PATCH_NUMBER = re.compile(r"p?(\d+)")
+# [0-9], not \d: \d also matches digits of other scripts ("٣"), which int() reads and no name should carry.
+_GRID_POSITION = re.compile(r"r([0-9]+)c([0-9]+)")
+_PATCH_NUMBER = re.compile(r"p?([0-9]+)")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,10 @@
   results about the model alone go in `model`.
 - RESULT is the experiment's kind followed by the settings that made it, e.g. `attention-b4-h1-q74`,
   `occlusion-patches-s16-st16-gray-ttop1`: two runs with different settings never overwrite each other, and the same
-  command run twice replaces exactly its own files.
+  command run twice replaces exactly its own files. Jobs build it from their settings as parsed (block numbers,
+  patch numbers, class indexes), never from the text typed, so equal settings spelled two ways share one name. A
+  name longer than LONGEST_RESULT_NAME is cut and ends with `-` and 8 hex digits of the SHA-256 of the whole
+  name, so settings that differ after the cut still get names of their own.
 
 Every name derived from user input is sanitized: ASCII letters, digits, `.`, `_` and `-` only, no leading dot,
 no separators or control characters, at most 80 characters.
@@ -30,6 +33,8 @@ from vitcli.filenames import escaped_path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _LONGEST = 80
+LONGEST_RESULT_NAME = 120  # the whole stem; each file adds a suffix (.json, -across-images.csv)
+_HASH_DIGITS = 8
 MODEL_SUBJECT = "model"
 
 
@@ -76,18 +81,39 @@ def model_folder(
 
 
 def setting(prefix: str, value: Any) -> str | None:
-    """One setting as a name part: ('b', 4) -> 'b4'; None is left out; text is sanitized."""
+    """One setting as a name part: ('b', 4) -> 'b4', ('t', ['P1', 'P2']) -> 'tP1_P2'; None is left out.
+
+    Distinct values give distinct parts: a float is written so that it reads back as itself (0.1 and 0.1 + 1e-12
+    differ), and text that sanitizing would change (spaces, accents, slashes) keeps a hash of itself."""
     if value is None:
         return None
     if isinstance(value, bool):
         return prefix if value else None
-    if isinstance(value, float):
-        value = f"{value:g}"
     if isinstance(value, (list, tuple)):
-        value = "_".join(str(item) for item in value)
-    return f"{prefix}{safe_name(str(value), '')}"
+        value = "_".join(_text(item) for item in value)
+    text = _text(value)
+    cleaned = _UNSAFE.sub("_", text)
+    if cleaned != text or cleaned.startswith("."):
+        cleaned = f"{cleaned.strip('._')}_{_digest(text)}"
+    return f"{prefix}{cleaned}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:_HASH_DIGITS]
 
 
 def result_name(kind: str, *parts: str | None) -> str:
-    """`kind-part-part...`, skipping absent parts: the stem of every file of one result."""
-    return "-".join([kind, *(part for part in parts if part)])
+    """`kind-part-part...`, skipping absent parts: the stem of every file of one result, at most
+    LONGEST_RESULT_NAME characters (a longer one is cut and ends with a hash of all of it)."""
+    name = "-".join([kind, *(part for part in parts if part)])
+    if len(name) <= LONGEST_RESULT_NAME:
+        return name
+    kept = name[: LONGEST_RESULT_NAME - _HASH_DIGITS - 1].rstrip("._-")
+    return f"{kept}-{_digest(name)}"

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -118,7 +119,7 @@ def _stdout_console(width: int | None) -> Any:
 
 def _pipe_width() -> int:
     """The terminal's width when one is attached to stderr or set in COLUMNS, else wide enough for every table."""
-    if os.environ.get("COLUMNS", "").isdigit():
+    if re.fullmatch(r"[0-9]+", os.environ.get("COLUMNS", "")):
         return int(os.environ["COLUMNS"])
     for stream in (sys.stderr, sys.stdin):
         try:

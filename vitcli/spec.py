@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,18 @@ SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 # explain --random-orders: 1,000 orders at 49 steps are about 100,000 forwards per image (40 minutes on a 2-core CPU);
 # more only add memory and time, never a better baseline.
 MAX_RANDOM_ORDERS = 1000
+
+
+_ASCII_NUMBER = re.compile(r"[0-9]+")
+
+
+def ascii_number(text: str) -> int | None:
+    """The number `text` writes in ASCII digits (spaces around allowed), else None.
+
+    Every option that reads a number from text uses this, never str.isdigit or int() alone: isdigit accepts "²",
+    which int() refuses (an internal error), and int() accepts "٣", "+3" and "1_0", which no result name carries."""
+    stripped = text.strip()
+    return int(stripped) if _ASCII_NUMBER.fullmatch(stripped) else None
 
 
 def check_seed(option: str, value: int) -> int:

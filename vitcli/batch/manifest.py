@@ -146,7 +146,11 @@ def timings(results: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def natural_key(text: str) -> list[Any]:
     """`attention-b6` before `attention-b12`: digits compare as numbers."""
-    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part]
+    return [
+        (0, int(part)) if part.isascii() and part.isdigit() else (1, part)
+        for part in re.split(r"([0-9]+)", text)
+        if part
+    ]
 
 
 def result_order(results: list[dict[str, Any]], configured: list[str] | None = None) -> dict[str, int]:

@@ -15,6 +15,7 @@ from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.spec import ascii_number
 
 SUBLAYERS = ("attn", "mlp")
 
@@ -26,46 +27,49 @@ class Mode(StrEnum):
 
 
 def parse_heads(text: str, depth: int, heads: int) -> list[Any]:
-    """`all` or `B.H,B.H,...` (blocks and heads from one) as head ablations, checked against the model."""
+    """`all` or `B.H,B.H,...` (blocks and heads from one) as head ablations, checked against the model, in the
+    order given, each once."""
     from vitcli.experiments.ablation import HEAD, Ablation
 
     if text.strip() == "all":
         return [Ablation(block, HEAD, head) for block in range(1, depth + 1) for head in range(1, heads + 1)]
     ablations = []
     for item in _items(text, "--heads"):
-        block, _, head = item.partition(".")
-        if not (block.isdigit() and head.isdigit()):
+        block_text, _, head_text = item.partition(".")
+        block, head = ascii_number(block_text), ascii_number(head_text)
+        if block is None or head is None:
             raise UsageError(f"--heads {item!r}: write heads as BLOCK.HEAD (4.2), comma-separated, or all")
-        if not 1 <= int(block) <= depth:
+        if not 1 <= block <= depth:
             raise UsageError(f"--heads {item}: block {block} does not exist; blocks are 1..{depth}")
-        if not 1 <= int(head) <= heads:
+        if not 1 <= head <= heads:
             raise UsageError(f"--heads {item}: head {head} does not exist; each block has heads 1..{heads}")
-        ablations.append(Ablation(int(block), HEAD, int(head)))
-    return ablations
+        ablations.append(Ablation(block, HEAD, head))
+    return list(dict.fromkeys(ablations))
 
 
 def parse_blocks(text: str, depth: int) -> list[Any]:
-    """`all` or `B.attn,B.mlp,...`: whole attention or MLP sublayers."""
+    """`all` or `B.attn,B.mlp,...`: whole attention or MLP sublayers, in the order given, each once."""
     from vitcli.experiments.ablation import Ablation
 
     if text.strip() == "all":
         return [Ablation(block, sublayer) for block in range(1, depth + 1) for sublayer in SUBLAYERS]
     ablations = []
     for item in _items(text, "--blocks"):
-        block, _, sublayer = item.partition(".")
-        if not block.isdigit() or sublayer not in SUBLAYERS:
+        block_text, _, sublayer = item.partition(".")
+        block = ascii_number(block_text)
+        if block is None or sublayer not in SUBLAYERS:
             raise UsageError(f"--blocks {item!r}: write sublayers as BLOCK.attn or BLOCK.mlp (4.attn), or all")
-        if not 1 <= int(block) <= depth:
+        if not 1 <= block <= depth:
             raise UsageError(f"--blocks {item}: block {block} does not exist; blocks are 1..{depth}")
-        ablations.append(Ablation(int(block), sublayer))
-    return ablations
+        ablations.append(Ablation(block, sublayer))
+    return list(dict.fromkeys(ablations))
 
 
 def _items(text: str, option: str) -> list[str]:
     items = [item.strip() for item in text.split(",")]
     if not all(items):
         raise UsageError(f"{option} {text!r}: an empty item; separate items with single commas")
-    return list(dict.fromkeys(items))
+    return items
 
 
 class AblateJob(Job):
@@ -79,6 +83,8 @@ class AblateJob(Job):
         self.reference = reference  # sorted image paths; empty for --mode zero
         self.target: int | None = None  # resolved by check()
         self.ablations: list[Any] = []
+        self.named_heads: str | None = None  # the parsed --heads and --blocks as the name writes them, by check()
+        self.named_blocks: str | None = None
         self._replacements: dict[Path | None, Any] = {}  # by the resampled image (None: one for every image)
 
     def check(self, architecture: Any) -> None:
@@ -87,16 +93,21 @@ class AblateJob(Job):
         require_pre_norm(architecture.name)
         self.ablations = []
         if self.heads is not None:
-            self.ablations += parse_heads(self.heads, architecture.depth, architecture.num_heads)
+            heads = parse_heads(self.heads, architecture.depth, architecture.num_heads)
+            every = parse_heads("all", architecture.depth, architecture.num_heads)
+            self.named_heads = _named("h", heads, every)
+            self.ablations += heads
         if self.blocks is not None:
-            self.ablations += parse_blocks(self.blocks, architecture.depth)
+            blocks = parse_blocks(self.blocks, architecture.depth)
+            self.named_blocks = _named("s", blocks, parse_blocks("all", architecture.depth))
+            self.ablations += blocks
         self.target = resolve_target_text(architecture, self.target_text)
 
     def name(self) -> str:
         return result_name(
             "ablate",
-            _named("h", self.heads),
-            _named("s", self.blocks),
+            self.named_heads,
+            self.named_blocks,
             setting("m", self.mode),
             setting("r", _paths_hash(self.reference) if self.reference else None),
             setting("t", "top1" if self.target is None else self.target),
@@ -149,14 +160,15 @@ class AblateJob(Job):
         )
 
 
-def _named(prefix: str, text: str | None) -> str | None:
-    """A --heads or --blocks list in a file name; a long list by its count and a hash of its text."""
-    if text is None:
-        return None
-    compact = text.replace(" ", "").replace(",", "_")
+def _named(prefix: str, ablations: list[Any], every: list[Any]) -> str:
+    """Parsed --heads or --blocks in a file name: `all` for every one in the model's order, else the labels in the
+    order given (the order of the result's rows); a long list by its count and a hash of its labels."""
+    if ablations == every:
+        return setting(prefix, "all") or ""
+    compact = "_".join(ablation.label for ablation in ablations)
     if len(compact) <= 24:
-        return setting(prefix, compact)
-    return setting(prefix, f"{compact.count('_') + 1}x{hashlib.sha256(compact.encode()).hexdigest()[:8]}")
+        return setting(prefix, compact) or ""
+    return setting(prefix, f"{len(ablations)}x{hashlib.sha256(compact.encode()).hexdigest()[:8]}") or ""
 
 
 def _paths_hash(paths: list[Path]) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from vitcli.experiments.explain_options import MAX_IG_STEPS, MAX_SAMPLES, AuditOptions, GradientOptions
-from vitcli.naming import setting
+from vitcli.naming import path_hash, safe_name, setting
 
 _GRADIENTS = "Input-gradient options (ig, smoothgrad, gradient)"
 _AUDITS = "Audits of the maps"
@@ -118,7 +118,9 @@ SanityThresholdOption = Annotated[
 
 
 def audit_name_parts(audits: AuditOptions, gradients: GradientOptions) -> list[str | None]:
-    parts = [setting("masks", audits.masks.name) if audits.masks is not None else None]
+    # The folder's name and a hash of where it is: two folders called `masks` are two settings.
+    masks = None if audits.masks is None else f"{safe_name(audits.masks.name, 'masks')}-{path_hash(audits.masks, 8)}"
+    parts = [setting("masks", masks)]
     if audits.robustness:
         parts += [setting("rob", gradients.samples), setting("r", audits.radius)]
     if audits.robustness or audits.road:

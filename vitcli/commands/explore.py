@@ -22,6 +22,7 @@ class ExploreJob(Job):
 
         self.blocks_text = blocks
         self.blocks: list[int] = []  # one-based, resolved by check()
+        self.depth = 0
         # explain's own job with its defaults (every cheap method, the top-1 class): the maps `vitcli explain` draws
         self.explain = explain_jobs()[0] if explain else None
         self.needs_classes = explain  # type: ignore[misc]  (explain's maps follow a class)
@@ -30,6 +31,7 @@ class ExploreJob(Job):
         from vitcli.experiments.explore import check_page_bound, parse_blocks
 
         self.blocks = parse_blocks(self.blocks_text, architecture.depth)
+        self.depth = architecture.depth
         check_page_bound(
             architecture.name,
             architecture.depth,
@@ -42,7 +44,7 @@ class ExploreJob(Job):
             self.explain.check(architecture)
 
     def name(self) -> str:
-        every = self.blocks_text is None or self.blocks_text.strip().lower() == "all"
+        every = self.blocks == list(range(1, self.depth + 1))  # `all`, `1-12` and no --blocks: one name
         blocks = setting("b", None if every else _blocks_part(self.blocks))
         return result_name("explore", blocks, "explain" if self.explain is not None else None)
 

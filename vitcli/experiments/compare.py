@@ -23,6 +23,7 @@ from vitcli.experiments.trace import full_float32
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.spec import ascii_number
 
 # Two CLS rows "differ" when ||a - b|| > DIFFER_TOLERANCE * max(||a||, ||b||): far above float32 rounding (1e-7),
 # far below any difference two real images make after attention has mixed their patches in.
@@ -64,7 +65,8 @@ def _pair(part: str, names: dict[str, int], count: int) -> tuple[int, int]:
     indices = []
     for side in sides:
         side = side.strip()
-        index = int(side) - 1 if side.isdecimal() else names.get(side.casefold())
+        number = ascii_number(side)
+        index = number - 1 if number is not None else names.get(side.casefold())
         if index is None or not 0 <= index < count:
             last = letter(count - 1)
             raise UsageError(f"--pairs {part.strip()!r}: no image {side!r} among {count} (A..{last}, or 1..{count})")

@@ -22,6 +22,7 @@ from vitcli.experiments.rollout import attention_rollout
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.spec import ascii_number
 
 # 2 bytes each as float16, 8/3 characters in base64: at most about 5.3 MB of attention data, so that a page with
 # its photo and script stays under 8 MB. ViT-Tiny (12 blocks x 3 heads x 197 x 197, plus the rollout) holds 1.44 M.
@@ -42,10 +43,10 @@ def parse_blocks(text: str | None, depth: int) -> list[int]:
         return list(range(1, depth + 1))
     chosen: list[int] = []
     for part in text.split(","):
-        bounds = part.strip().split("-")
-        if not 1 <= len(bounds) <= 2 or not all(bound.strip().isdigit() for bound in bounds):
+        bounds = [ascii_number(bound) for bound in part.strip().split("-")]
+        if not 1 <= len(bounds) <= 2 or None in bounds:
             raise UsageError(f"--blocks {text}: write blocks as 4, 1-4, 1,6,12 or all (blocks 1..{depth})")
-        first, last = int(bounds[0]), int(bounds[-1])
+        first, last = bounds[0], bounds[-1]
         if not 1 <= first <= last <= depth:
             raise UsageError(f"--blocks {text}: blocks run from 1 to {depth} (this model has {depth}), first to last")
         chosen.extend(range(first, last + 1))

@@ -26,6 +26,7 @@ from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
 from vitcli.model import PreparedImage, VitModel
+from vitcli.spec import ascii_number
 
 SELF_CHECK_TOLERANCE = 1e-4  # largest |explicit - timm's own| allowed for any kept value
 LEADING_KEPT = 64  # whole-image stages (150k values) keep only their first values; every row is kept in full
@@ -116,12 +117,9 @@ def parse_blocks(depth: int, texts: Sequence[str]) -> list[int]:
                 chosen.update(range(1, depth + 1))
                 continue
             first, _, last = part.partition("-")
-            try:
-                low, high = int(first), int(last or first)
-            except ValueError:
-                raise UsageError(
-                    f"--blocks {part}: give block numbers 1..{depth}, ranges like 3-5, all or none"
-                ) from None
+            low, high = ascii_number(first), ascii_number(last or first)
+            if low is None or high is None:
+                raise UsageError(f"--blocks {part}: give block numbers 1..{depth}, ranges like 3-5, all or none")
             if not 1 <= low <= high <= depth:
                 raise UsageError(f"--blocks {part}: this model has blocks 1..{depth} (counting from one)")
             chosen.update(range(low, high + 1))
