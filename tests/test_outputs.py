@@ -23,6 +23,7 @@ from PIL import Image
 
 from vitcli import interrupts, store
 from vitcli.errors import VitcliError
+from vitcli.filenames import path_from_escaped
 from vitcli.naming import LONGEST_RESULT_NAME, image_subject, result_name, safe_name, set_subject, setting
 from vitcli.store import INDEX, OutputStore, ResultFiles, read_index
 
@@ -301,9 +302,11 @@ def test_hostile_file_names_stay_inside_the_output_folder(cli, workdir):
     assert len(folders) == len(names)
     assert all(SAFE_NAME.match(folder.name) and not folder.name.startswith(".") for folder in folders)
     assert all(path.parent.parent.parent == workdir / "out" for path in written), written
-    assert {json.loads((folder / "predict-k1.json").read_text())["subject"]["path"] for folder in folders} == {
-        str(workdir / "pics" / name) for name in names
-    }
+    # Paths are written escaped (a backslash doubled, see vitcli/filenames.py) and read back to the real name.
+    assert {
+        str(path_from_escaped(json.loads((folder / "predict-k1.json").read_text())["subject"]["path"]))
+        for folder in folders
+    } == {str(workdir / "pics" / name) for name in names}
 
 
 @pytest.mark.parametrize(
