@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,6 +113,20 @@ def decode(path: Path, finish: Callable[[Any], T]) -> tuple[T, ImageSource]:
         # Pillow's decoders report damaged data with many exception types (SyntaxError, struct.error, EOFError...).
         raise VitcliError(f"{path} is damaged or truncated{_detail(error)}") from error
     return finished, source
+
+
+def split_readable(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The paths that decode (fully: a truncated file shows only then), and the one-line refusal of each other."""
+    readable: list[Path] = []
+    refusals: list[str] = []
+    for path in paths:
+        try:
+            load_rgb(path)
+        except VitcliError as error:
+            refusals.append(str(error))
+        else:
+            readable.append(path)
+    return readable, refusals
 
 
 def _detail(error: Exception) -> str:
