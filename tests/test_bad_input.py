@@ -172,6 +172,12 @@ def load_rgb(path: Path) -> Callable[[], object]:
     return lambda: load(path)
 
 
+def read_mask(path: Path) -> Callable[[], object]:
+    from vitcli.experiments.localisation import read_mask as read
+
+    return lambda: read(path)
+
+
 def resolve(*arguments: str) -> Callable[[], object]:
     from vitcli.images import resolve_images
 
@@ -445,6 +451,13 @@ CASES: list[BadInput] = [
         ("pickle instruction FRAME (protocol 4)", "torch.save's default protocol"),
         1,
         lambda tmp: refusal(load_checkpoint_spec(torch_protocol_4(tmp / "p4.pth", tiny_state()))),
+    ),
+    # explain's masks: read as safely as images
+    BadInput(
+        "an `explain --masks` mask whose PNG header declares 100000 x 100000 pixels",
+        ("the mask", "is too large to decode safely"),
+        1,
+        lambda tmp: refusal(read_mask(png_header_only(tmp / "bomb.png", 100_000, 100_000))),
     ),
 ]
 
