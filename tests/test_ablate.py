@@ -10,6 +10,7 @@ import shutil
 import pytest
 import torch
 from test_attribute import no_model_load, scrambled  # noqa: F401  (no_model_load: a fixture)
+from test_bad_input import cut_in_half, image_file, png_header_only
 
 from vitcli.experiments.ablation import (
     ATTENTION,
@@ -268,3 +269,87 @@ def job_name(options: dict) -> str:
     (job,) = ablate_jobs(**options)
     job.check(describe(WeightsSpec(random=True)))
     return job.name()
+
+
+def reference_folder(workdir, name, readable, unreadable):
+    """A folder with copies of the readable images and, for each unreadable kind, one file that cannot be read."""
+    folder = workdir / name
+    folder.mkdir()
+    for index, image in enumerate(readable):
+        shutil.copy(image, folder / f"good{index}{image.suffix}")
+    for kind in unreadable:
+        if kind == "bomb":
+            png_header_only(folder / "bomb.png", 100_000, 100_000)
+        elif kind == "text":
+            (folder / "notes.jpg").write_text("not an image")
+        else:
+            cut_in_half(image_file(folder, "half.jpg"))
+    return folder
+
+
+def logit_changes(result) -> list[list[float]]:
+    """Per image (the across-images result left out), the logit change of each ablation."""
+    documents = json.loads(result.stdout)["results"]
+    per_image = [document for document in documents if "clean_top1" in document["result"]]
+    return [[row["logit_change"] for row in document["result"]["ablations"]] for document in per_image]
+
+
+def test_unreadable_reference_images_are_skipped_with_one_warning(cli, photo, newfoundland, workdir):
+    """The mean over a folder with unreadable files is the mean over its readable images, for every image."""
+    options = (*RANDOM_CPU, "--heads", "2.1,6.2", "--mode", "mean", "--format", "json")
+    clean = reference_folder(workdir, "clean", [photo, newfoundland], [])
+    mixed = reference_folder(workdir, "mixed", [photo, newfoundland], ["bomb", "text", "half"])
+    expected = cli("ablate", photo, newfoundland, *options, "--reference", clean)
+    assert expected.exit_code == 0 and "warning" not in expected.stderr, expected.stderr
+    result = cli("ablate", photo, newfoundland, *options, "--reference", mixed)
+    assert result.exit_code == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "error" not in result.stderr, result.stderr
+    assert "skipped 3 of 5 reference images that cannot be read" in warnings[0]
+    for name, message in (("bomb.png", "is too large to decode safely"), ("notes.jpg", "is not an image"),
+                          ("half.jpg", "is damaged or truncated")):  # fmt: skip
+        assert f"{mixed / name} {message}" in warnings[0]
+    settings = json.loads(result.stdout)["results"][0]["experiment"]["settings"]["reference"]
+    assert settings["images"] == 2
+    assert len(logit_changes(result)) == 2
+    for got, want in zip(logit_changes(result), logit_changes(expected), strict=True):
+        assert got == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.usefixtures("no_model_load")
+def test_a_reference_with_no_readable_image_is_refused_in_one_line(cli, photo, workdir):
+    broken = reference_folder(workdir, "broken", [], ["text", "half"])
+    result = cli("ablate", photo, *RANDOM_CPU, "--mode", "mean", "--reference", broken)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"--reference {broken}: none of its 2 images can be read" in result.stderr
+    assert f"{broken / 'notes.jpg'} is not an image" in result.stderr
+    assert f"{broken / 'half.jpg'} is damaged or truncated" in result.stderr
+
+
+def test_a_config_skips_unreadable_reference_images_with_one_warning(cli, photo, workdir):
+    mixed = reference_folder(workdir, "mixed", [photo], ["text"])
+    config = workdir / "mean.toml"
+    config.write_text(
+        f'images = ["{photo}"]\n[model]\nweights = "random"\nseed = 0\ndevice = "cpu"\n'
+        f'[[experiments]]\ncommand = "ablate"\nheads = "3.2"\nmode = "mean"\nreference = "{mixed}"\n'
+    )
+    result = cli("run", config, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.count("warning:") == 1 and "skipped 1 of 2 reference images" in result.stderr
+    broken = reference_folder(workdir, "broken", [], ["text"])
+    config.write_text(config.read_text().replace(str(mixed), str(broken)))
+    refused = cli("run", config)
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "none of its 1 images can be read" in refused.stderr
+
+
+def test_an_unreadable_image_of_the_run_fails_alone_when_it_is_the_default_reference(cli, photo, workdir):
+    """Without --reference, mean ablation averages the run's images: a broken one is skipped there with a warning and
+    fails as an image of the run; the others are done."""
+    broken = workdir / "notes.jpg"
+    broken.write_text("not an image")
+    result = cli("ablate", photo, broken, *RANDOM_CPU, "--heads", "2.1", "--mode", "mean", "-q")
+    assert result.exit_code == 1
+    assert "1 of 2 images done, 1 failed" in result.stderr
+    assert result.stderr.count("warning:") == 1 and f"{broken} is not an image" in result.stderr

@@ -146,6 +146,21 @@ def torch_file(path: Path, content: object) -> Path:
     return path
 
 
+def torch_protocol_4(path: Path, content: object) -> Path:
+    torch.save(content, path, pickle_protocol=4)
+    return path
+
+
+class CallsOnLoad:
+    """Pickles as a call of `function` (os.getcwd: harmless, and from a module torch blocks, like os.system)."""
+
+    def __init__(self, function: Callable[[], object]) -> None:
+        self.function = function
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return self.function, ()
+
+
 def two_class_checkpoint_beside(tmp: Path, labels: bytes) -> Path:
     labels_file(tmp, "labels.txt", labels)
     return two_class_checkpoint(tmp)
@@ -155,6 +170,12 @@ def load_rgb(path: Path) -> Callable[[], object]:
     from vitcli.images import load_rgb as load
 
     return lambda: load(path)
+
+
+def read_mask(path: Path) -> Callable[[], object]:
+    from vitcli.experiments.localisation import read_mask as read
+
+    return lambda: read(path)
 
 
 def resolve(*arguments: str) -> Callable[[], object]:
@@ -401,6 +422,42 @@ CASES: list[BadInput] = [
             hub_env(tmp, HTTPS_PROXY="http://127.0.0.1:9"),
         ),
         slow=True,
+    ),
+    # checkpoints whose pickle would run code, or that no longer reads
+    BadInput(
+        "a `.pth` whose pickle would call `os.getcwd` (a module torch blocks, like `os.system`)",
+        ("pickled Python objects (posix.getcwd)", "which vitcli will not run"),
+        1,
+        lambda tmp: refusal(
+            load_checkpoint_spec(torch_file(tmp / "runs.pth", {"model": tiny_state(), "x": CallsOnLoad(os.getcwd)}))
+        ),
+    ),
+    BadInput(
+        "a `.pth` whose pickle would call `print` (a global torch does not allow)",
+        ("pickled Python objects (print)", "which vitcli will not run"),
+        1,
+        lambda tmp: refusal(
+            load_checkpoint_spec(torch_file(tmp / "runs.pth", {"model": tiny_state(), "x": CallsOnLoad(print)}))
+        ),
+    ),
+    BadInput(
+        "a `.pth` pickle with a byte that is no pickle instruction",
+        ("is damaged or truncated",),
+        1,
+        lambda tmp: refusal(load_checkpoint_spec(labels_file(tmp, "garbled.pth", b"\x80\x02}q\x00\xff."))),
+    ),
+    BadInput(
+        "a `.pth` saved with pickle protocol 4",
+        ("pickle instruction FRAME (protocol 4)", "torch.save's default protocol"),
+        1,
+        lambda tmp: refusal(load_checkpoint_spec(torch_protocol_4(tmp / "p4.pth", tiny_state()))),
+    ),
+    # explain's masks: read as safely as images
+    BadInput(
+        "an `explain --masks` mask whose PNG header declares 100000 x 100000 pixels",
+        ("the mask", "is too large to decode safely"),
+        1,
+        lambda tmp: refusal(read_mask(png_header_only(tmp / "bomb.png", 100_000, 100_000))),
     ),
 ]
 

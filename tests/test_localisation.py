@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
+from test_bad_input import cut_in_half, image_file, png_header_only
 
 from vitcli.experiments.localisation import localise, score_map
 from vitcli.presentation.explain_audit import score_ranking
@@ -154,3 +155,23 @@ def test_command_fails_an_image_without_a_mask(cli, photo, tmp_path):
     result = cli("explain", photo, *RANDOM_CPU, "-M", "rollout", "--masks", masks)
     assert result.exit_code == 1
     assert f"no mask for {photo.name} in {masks}: expected {masks / (photo.stem + '.png')}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: png_header_only(path, 100_000, 100_000), "is too large to decode safely"),
+        (lambda path: path.write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n"), "is not an image that Pillow can read as"),
+        (lambda path: cut_in_half(image_file(path.parent, path.name, "PNG")), "is damaged or truncated"),
+    ],
+    ids=["bomb", "eps", "truncated"],
+)
+def test_a_mask_is_read_as_safely_as_an_image(cli, photo, tmp_path, make, message):
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    make(masks / f"{photo.stem}.png")
+    result = cli("explain", photo, *RANDOM_CPU, "-M", "rollout", "--masks", masks)
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:") or "Traceback" in line]
+    assert any(f"{masks / (photo.stem + '.png')} {message}" in line for line in lines), result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr

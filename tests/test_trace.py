@@ -317,3 +317,64 @@ def test_trace_command(cli, workdir, vit, photo):
     ):
         refused = cli("trace", photo, *RANDOM_CPU, *arguments)
         assert refused.exit_code == 2 and message in refused.stderr
+
+
+def held_values(result) -> tuple[int, int]:
+    """(values kept in full, table and CSV rows) of a trace result, counted from what it holds."""
+    kept = rows = 0
+    for stage in result.stages:
+        vectors = list(stage.rows.values()) if stage.rows is not None else [stage.values]
+        kept += sum(len(vector) for vector in vectors)
+        rows += len(vectors)
+    for summary in result.blocks:
+        kept += sum(len(row) for row in summary.output_rows.values())
+        rows += len(summary.output_rows)
+    return kept, rows
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens", "blocks"),
+    [("vit", "0,63", "1,12"), ("vit", "r4c6", "all"), ("odd_vit", "0,reg1,3", "all"), ("odd_vit", "5", "none")],
+)
+def test_the_size_told_before_loading_bounds_what_a_trace_holds(request, photo, model, tokens, blocks):
+    from vitcli.experiments.trace_bound import trace_size
+
+    vit_model = request.getfixturevalue(model)
+    followed, opened = parse_tokens(vit_model.grid, [tokens]), parse_blocks(len(vit_model.net.blocks), [blocks])
+    result = trace_image(vit_model, vit_model.prepare(photo), followed, opened, 4)
+    kept, rows = held_values(result)
+    size = trace_size(vit_model.net, vit_model.grid, len(vit_model.labels), len(followed), len(opened), 4)
+    assert kept <= size.kept <= 1.1 * kept and rows <= size.rows <= 1.1 * rows
+
+
+def test_the_lectures_traces_fit_the_bound():
+    from vitcli.experiments.trace_bound import TRACE_VALUE_BOUND, trace_size
+    from vitcli.loading import describe, require_vit
+
+    architecture = describe(WeightsSpec(random=True))
+    skeleton = require_vit(architecture.name)
+    # docs/commands/trace.md's and the README's examples; one row through everything at the most values; every
+    # token through one block; 20 tokens through every block
+    for tokens, opened, values in ((3, 2, 5), (1, 12, 3), (2, 1, 3), (1, 12, 1000), (197, 1, 3), (20, 12, 3)):
+        assert trace_size(skeleton, architecture.grid, 1000, tokens, opened, values).total <= TRACE_VALUE_BOUND, (
+            tokens,
+            opened,
+            values,
+        )
+
+
+def test_a_trace_above_the_bound_is_refused_with_its_arithmetic_before_the_model_loads(cli, photo, monkeypatch):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    every_token = ",".join(str(token) for token in range(197))
+    result = cli("trace", photo, *RANDOM_CPU, "--token", every_token, "--blocks", "all", "--values", "1000")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: trace: 197 tokens x 12 opened blocks would hold up to ")
+    assert "above the bound of 2,000,000; pass fewer --token, --blocks or --values" in lines[0]
+    total = int(lines[0].split("would hold up to ")[1].split(" ")[0].replace(",", ""))
+    assert total > 60_000_000  # the issue's case held about 75 million values
+    forty = ",".join(str(token) for token in range(40))
+    refused = cli("trace", photo, *RANDOM_CPU, "--token", forty, "--blocks", "all")
+    assert refused.exit_code == 2 and "trace: 40 tokens x 12 opened blocks" in refused.stderr

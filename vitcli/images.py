@@ -5,9 +5,10 @@ from __future__ import annotations
 import glob
 import importlib.util
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
@@ -17,6 +18,8 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".we
 # The Pillow formats of those suffixes (PPM covers .pgm, .pbm, .pnm). Other formats are refused from the header:
 # Pillow can open dozens more, some through external programs (EPS runs Ghostscript).
 PILLOW_FORMATS = ("JPEG", "PNG", "BMP", "GIF", "TIFF", "WEBP", "PPM")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,19 @@ def resolve_images(arguments: list[str]) -> list[Path]:
 
 
 def load_rgb(path: Path) -> tuple[Any, ImageSource]:
-    """Decode an image fully and convert it to 8-bit RGB (EXIF rotation applied, alpha dropped as timm does).
+    """Decode an image fully and convert it to 8-bit RGB (EXIF rotation applied, alpha dropped as timm does)."""
+    from PIL import ImageOps
+
+    return decode(path, lambda opened: _to_rgb(ImageOps.exif_transpose(opened)))
+
+
+def decode(path: Path, finish: Callable[[Any], T]) -> tuple[T, ImageSource]:
+    """`finish` of the fully decoded Pillow image at `path`, for every image vitcli reads (photos, masks...).
 
     The header is checked first (format and pixel count), so a large file that is not an image, or an image too
     large to decode, is refused after reading a few bytes; only then is the file hashed, in chunks.
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with warnings.catch_warnings():
@@ -99,7 +109,7 @@ def load_rgb(path: Path) -> tuple[Any, ImageSource]:
             with Image.open(path, formats=PILLOW_FORMATS) as opened:
                 source = ImageSource(path, file_sha256(path), opened.size, opened.mode)
                 opened.load()
-                rgb = _to_rgb(ImageOps.exif_transpose(opened))
+                finished = finish(opened)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise VitcliError(f"{escaped_path(path)} is too large to decode safely ({error})") from error
     except UnidentifiedImageError as error:
@@ -114,7 +124,21 @@ def load_rgb(path: Path) -> tuple[Any, ImageSource]:
     except Exception as error:
         # Pillow's decoders report damaged data with many exception types (SyntaxError, struct.error, EOFError...).
         raise VitcliError(f"{escaped_path(path)} is damaged or truncated{_detail(error)}") from error
-    return rgb, source
+    return finished, source
+
+
+def split_readable(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The paths that decode (fully: a truncated file shows only then), and the one-line refusal of each other."""
+    readable: list[Path] = []
+    refusals: list[str] = []
+    for path in paths:
+        try:
+            load_rgb(path)
+        except VitcliError as error:
+            refusals.append(str(error))
+        else:
+            readable.append(path)
+    return readable, refusals
 
 
 def _detail(error: Exception) -> str:

@@ -302,6 +302,14 @@ def _checkpoint_kind(path: Path) -> str:
     raise VitcliError(f"checkpoint {path} is neither a safetensors file nor a torch state dict (.pth/.pt)")
 
 
+# torch.load(weights_only=True) refuses with one exception type both bytes that are no pickle and a pickle that asks
+# for objects beyond tensors (a global to import, a function to call, a class to build). Only these two texts of its
+# weights-only unpickler mean broken bytes; every other refusal is an object vitcli will not run.
+DAMAGED_PICKLE = re.compile(r"Unsupported operand (\d+)|String is too long")
+# The object torch names: "GLOBAL posix.system" (a blocked module or a global not allowed), "got <class 'x.Y'>".
+PICKLED_OBJECT = re.compile(r"GLOBAL ([\w.]+)|<class '([\w.]+)'>")
+
+
 def _read_state(path: Path, values: bool) -> dict[str, Tensor]:
     """The state dict of a checkpoint; with values=False only its header: tensors on the meta device (shapes)."""
     kind = _checkpoint_kind(path)
@@ -323,16 +331,32 @@ def _read_state(path: Path, values: bool) -> dict[str, Tensor]:
     except MemoryError:  # a full memory says nothing about the file
         raise
     except pickle.UnpicklingError as error:
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
-        if found is None:
-            raise VitcliError(f"cannot read checkpoint {path}: the torch file is damaged or truncated") from error
+        if DAMAGED_PICKLE.search(str(error)):
+            raise VitcliError(f"cannot read checkpoint {path}: {_pickle_damage(str(error))}") from error
+        found = PICKLED_OBJECT.search(str(error))
+        named = f" ({found.group(found.lastindex or 0)})" if found else ""
         raise VitcliError(
-            f"cannot read checkpoint {path}: it holds pickled Python objects ({found.group(1)}) besides tensors, "
-            "which vitcli never unpickles; save only the state dict"
+            f"cannot read checkpoint {path}: it holds pickled Python objects{named} besides tensors, "
+            "which vitcli will not run; save only the state dict"
         ) from error
     except Exception as error:
         raise VitcliError(f"cannot read checkpoint {path}: the {kind} file is damaged or truncated") from error
     return _unwrap_state_dict(state, path)
+
+
+def _pickle_damage(text: str) -> str:
+    """Broken bytes, or a real pickle instruction the weights-only loader does not read (protocol 4's FRAME...)."""
+    import pickletools
+
+    operand = DAMAGED_PICKLE.search(text)
+    code = int(operand.group(1)) if operand and operand.group(1) else None
+    known = [opcode for opcode in pickletools.opcodes if ord(opcode.code) == code]
+    if not known:
+        return "the torch file is damaged or truncated"
+    return (
+        f"it uses the pickle instruction {known[0].name} (protocol {known[0].proto}), which torch's weights-only "
+        "loader does not read; save the state dict again with torch.save's default protocol"
+    )
 
 
 def _load_state(net: torch.nn.Module, state: dict[str, Tensor], path: Path, name: str) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -70,6 +71,9 @@ def _items(text: str, option: str) -> list[str]:
     if not all(items):
         raise UsageError(f"{option} {text!r}: an empty item; separate items with single commas")
     return items
+
+
+SKIPPED_NAMED = 10  # a warning about unreadable reference images names this many of them
 
 
 class AblateJob(Job):
@@ -222,14 +226,35 @@ def ablate_jobs(
             raise UsageError("--reference sets what --mode mean and resample use; --mode zero replaces with 0")
         paths: list[Path] = []
     elif reference is not None:
-        paths = _reference_images(str(reference), "--reference")
+        paths = _readable(_reference_images(str(reference), "--reference"), f"--reference {reference}", "its")
     elif run_images is not None:
-        paths = sorted(_run_images(run_images), key=lambda path: str(path.resolve()))
+        given = sorted(_run_images(run_images), key=lambda path: str(path.resolve()))
+        paths = _readable(given, f"--mode {mode} (the reference is the images given)", "the") if given else []
     else:
         raise UsageError(f"--mode {mode} in a config needs --reference FOLDER (the images its replacements come from)")
     if not paths and mode != Mode.zero:
         raise UsageError(f"--mode {mode}: no reference images")
     return [AblateJob(target, heads, blocks, mode, paths)]
+
+
+def _readable(paths: list[Path], described: str, whose: str) -> list[Path]:
+    """The reference images that can be read, checked once for the whole run: every image's replacement comes from
+    them, so one unreadable file would otherwise fail every image. The others are skipped with one warning."""
+    from vitcli.images import split_readable
+
+    readable, refusals = split_readable(paths)
+    named = "; ".join(refusals[:SKIPPED_NAMED])
+    if len(refusals) > SKIPPED_NAMED:
+        named += f"; and {len(refusals) - SKIPPED_NAMED} more"
+    if not readable:
+        raise UsageError(f"{described}: none of {whose} {len(paths)} images can be read: {named}")
+    if refusals:
+        print(
+            f"warning: {described}: skipped {len(refusals)} of {len(paths)} reference images that cannot be read: "
+            f"{named}",
+            file=sys.stderr,
+        )
+    return readable
 
 
 @vitcli_command(

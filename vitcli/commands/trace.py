@@ -26,6 +26,8 @@ class TraceJob(Job):
 
     def check(self, architecture: Any) -> None:
         from vitcli.experiments.trace import READOUTS, parse_blocks, parse_tokens
+        from vitcli.experiments.trace_bound import check_trace_bound, trace_size
+        from vitcli.loading import require_vit
 
         if architecture.global_pool not in READOUTS:
             raise UsageError(
@@ -36,6 +38,11 @@ class TraceJob(Job):
         self.opened = parse_blocks(architecture.depth, self.block_texts)
         self.depth = architecture.depth
         check_count("--values", self.values, 1, architecture.longest_vector, "the longest vector of the forward")
+        skeleton = require_vit(architecture.name)
+        size = trace_size(
+            skeleton, architecture.grid, architecture.num_classes, len(self.followed), len(self.opened), self.values
+        )
+        check_trace_bound(size)
 
     def name(self) -> str:
         if self.opened == list(range(1, self.depth + 1)):

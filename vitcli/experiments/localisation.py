@@ -23,10 +23,12 @@ import torch
 
 from vitcli.errors import VitcliError
 from vitcli.grid import PatchGrid
+from vitcli.images import decode
 from vitcli.model import PreparedImage, VitModel
 
 HIT_SHARE = 0.5  # the largest patch is "on the object" when at least this share of its pixels is
 TRIMAP_VALUES = frozenset({1, 2, 3})
+LABEL_MODES = ("L", "P", "I", "1")  # one channel of labels, read as they are
 
 
 @dataclass
@@ -56,13 +58,12 @@ def find_mask(folder: Path, image: Path) -> Path:
 
 def read_mask(path: Path) -> tuple[np.ndarray, str]:
     """(h, w) bool object mask at the file's size, and its kind."""
-    from PIL import Image, UnidentifiedImageError
-
     try:
-        with Image.open(path) as opened:
-            values = np.asarray(opened.convert("L") if opened.mode not in ("L", "P", "I", "1") else opened)
-    except (UnidentifiedImageError, OSError) as error:
-        raise VitcliError(f"cannot read the mask {path}: {error}") from error
+        values, _ = decode(
+            path, lambda opened: np.asarray(opened if opened.mode in LABEL_MODES else opened.convert("L"))
+        )
+    except VitcliError as error:  # the refusals of any image vitcli reads: not an image, a bomb, damaged
+        raise VitcliError(f"the mask {error}") from error
     if values.ndim != 2:
         raise VitcliError(f"the mask {path} is not one channel of labels")
     present = set(np.unique(values).tolist())
