@@ -199,3 +199,34 @@ def test_hostile_labels_and_file_names_never_run_in_the_report_or_its_explorers(
         assert sorted(names) == sorted(FILE_NAMES)
         index.assert_nothing_ran()
         index.page.close()
+
+
+# What a missed innerHTML (or a script built from data) would do: without a policy both set window.__pwned.
+INJECT = """() => {
+  const script = document.createElement('script');
+  script.textContent = 'window.__pwned = 1';
+  document.body.appendChild(script);
+  document.body.insertAdjacentHTML('beforeend', '<img src="data:image/png;base64,AAAA" onerror="window.__pwned = 2">');
+  return new Promise((done) => setTimeout(done, 300));
+}"""
+
+
+@pytest.mark.slow
+def test_the_pages_policies_refuse_script_that_markup_could_carry(browser, hostile_run, cli):
+    """Defence in depth behind text-only insertion: the explorer's and the report's Content-Security-Policy let each
+    page run its own script and nothing else, in the explorer alone, the single page, and the explorer inside it (a
+    srcdoc frame inherits the report's policy). Broken once on purpose (no policy in either page): window.__pwned was
+    set in every frame and this failed."""
+    run, _ = hostile_run
+    assert cli("report", run, "--single-file").exit_code == 0
+    explorer = sorted(run.glob("*/*/explore*.html"))[0]
+    for path, frames in ((explorer, 1), (run / "report.html", 1 + len(FILE_NAMES))):
+        visit = Visit(browser, path)
+        assert len(visit.page.frames) == frames
+        for frame in visit.page.frames[1:] if frames > 1 else visit.page.frames:
+            frame.wait_for_function("document.body && document.body.dataset.ready === '1'")  # its own script ran
+        for frame in visit.page.frames:
+            frame.evaluate(INJECT)
+            assert frame.evaluate("() => typeof window.__pwned") == "undefined", frame.url
+        assert visit.problems and all("Content Security Policy" in problem for problem in visit.problems)
+        visit.page.close()

@@ -6,6 +6,8 @@ patch. Every panel carries the numbers it draws (data-row: the query's row over 
 colour scale's top), and #readout the hovered source's numbers, so a test can read them back.
 """
 
+import base64
+import hashlib
 from string import Template
 
 STYLE = """
@@ -300,11 +302,29 @@ render();
 document.body.dataset.ready = '1';
 """
 
+
+def script_source(script: str) -> str:
+    """A Content-Security-Policy source allowing exactly this inline script (its text's SHA-256)."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+SCRIPT_SOURCE = script_source(SCRIPT)
+# Defence in depth behind building every text as text: the page runs its own script and nothing else (no inline
+# handler, no injected <script>, no javascript: URL), loads nothing but its inline data: images, and posts nowhere.
+# An embedding page's policy applies too (a srcdoc frame inherits it): the report's allows this script by its hash.
+POLICY = (
+    f"default-src 'none'; script-src {SCRIPT_SOURCE}; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+    "form-action 'none'"
+)
+
 PAGE = Template(
     """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+"""
+    + f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+    + """
 <title>$title</title>
 <link rel="icon" href="data:,">
 <style>"""
