@@ -197,6 +197,12 @@ BAD_CONFIGS = [
         "[[experiments]]\ncommand = 'predict'\ndevice = 'cpu'\n",
         "experiments[0].device: model and output options belong in [model]",
     ),
+    (
+        "misspelt choice",
+        "[[experiments]]\ncommand = 'attend'\nview = 'maps'\n",
+        "experiments[0].view: Invalid value for '--view': 'maps' is not one of map, summary, rollout, all-blocks "
+        "(did you mean map?)",
+    ),
     ("no experiments", "name = 'x'\n", "experiments: the config declares no [[experiments]]"),
     ("not TOML", "name = \n", "is not valid TOML"),
 ]
