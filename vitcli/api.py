@@ -113,8 +113,11 @@ class Result:
 
     @property
     def table(self) -> Any:
-        """The rich table `--format table` prints (rich.print(result.table) shows it)."""
-        return self.presentation.table
+        """The rich table `--format table` prints, laid out for the width it is printed at (rich.print(result.table)
+        shows it)."""
+        from vitcli.render import fitted
+
+        return fitted(self.presentation.table)
 
     def text(self, suffix: str) -> str:
         """A text file of the result by its suffix: "json", "csv", or an extra one ("html" for explore)."""
