@@ -36,7 +36,11 @@ def make_demo(tmp_path: Path) -> subprocess.CompletedProcess:
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     return subprocess.run(
         ["make", "-s", "demo", f"BIN={Path(sys.executable).parent}", f"STAMP={stamp}"],
-        cwd=ROOT, capture_output=True, text=True, env=environment, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
     )
 
 
