@@ -29,7 +29,8 @@ def weights_note(weights: str) -> str:
 class FittedTables:
     """Tables laid out for the width they are printed at: a table is at least as wide as the longest word of its
     title (so `newfoundland_31.jpg` never breaks unless the console itself is narrower), and a caption longer than a
-    narrow table reads as a paragraph under it at the console's width instead of a column of short lines."""
+    narrow table reads as a paragraph under it at the console's width instead of a column of short lines (a table as
+    wide as the console keeps rich's centred caption)."""
 
     def __init__(self, renderable: Any):
         self.renderable = renderable
@@ -63,7 +64,7 @@ def _fitted(renderable: Any, console: Console, options: ConsoleOptions) -> Rende
     if table.caption:
         caption = _text(console, table.caption, style=table.caption_style or "table.caption")
         width = console.measure(table, options=options).maximum
-        if any(len(line) > width for line in caption.plain.splitlines()):
+        if width < options.max_width and any(len(line) > width for line in caption.plain.splitlines()):
             table.caption = None
             yield table
             yield caption
