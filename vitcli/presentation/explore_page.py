@@ -20,7 +20,7 @@ h1 { font-size: 18px; margin: 0 0 4px 0; }
 .stage img, .stage canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
 .stage canvas.heat { opacity: 0.7; image-rendering: pixelated; }
 .caption { font-size: 12px; margin-top: 4px; }
-.cls { border: 1px solid #888; border-radius: 3px; padding: 0 4px; margin-right: 4px; cursor: pointer; }
+.cls { border: 1px solid #888; border-radius: 3px; padding: 0 4px; cursor: pointer; }
 .scale { display: flex; align-items: center; gap: 6px; font-size: 12px; margin: 4px 0; }
 .scale canvas { width: 160px; height: 12px; border: 1px solid #888; }
 #readout { font-family: ui-monospace, monospace; min-height: 1.4em; margin: 8px 0; }
@@ -97,32 +97,23 @@ function patchMin(row) {
 }
 function percent(value) { return (100 * value).toFixed(4) + '%'; }
 function formatted(value, unit) {
-  if (value === null || Number.isNaN(value)) return '-';  // null: NaN read back from a panel's JSON data-row
+  if (Number.isNaN(value)) return '-';
   return unit === 'attention' ? percent(value) : value.toPrecision(4) + ' ' + unit;
 }
 
-function element(tag, className, parent) {
-  const made = document.createElement(tag);
-  if (className) made.className = className;
-  if (parent) parent.appendChild(made);
-  return made;
-}
 function makePanel(parent, size, label) {
-  const panel = element('div', 'panel');
-  const stage = element('div', 'stage', panel);
-  stage.style.width = size + 'px';
-  stage.style.height = size * rows / cols + 'px';
-  const photo = element('img', '', stage);
-  photo.alt = 'the crop the model saw';
-  photo.src = document.getElementById('explorer-crop').getAttribute('src');
-  const heat = element('canvas', 'heat', stage);
+  const panel = document.createElement('div');
+  panel.className = 'panel';
+  panel.innerHTML = '<div class="stage" style="width:' + size + 'px;height:' + size * rows / cols + 'px">' +
+    '<img alt="the crop the model saw"><canvas class="heat"></canvas><canvas class="marks"></canvas></div>' +
+    '<div class="caption"></div>';
+  panel.querySelector('img').src = document.getElementById('explorer-crop').getAttribute('src');
+  const heat = panel.querySelector('canvas.heat');
   heat.width = cols; heat.height = rows;
-  const marks = element('canvas', 'marks', stage);
+  const marks = panel.querySelector('canvas.marks');
   marks.width = size; marks.height = size * rows / cols;
-  const caption = element('div', 'caption', panel);
-  element('div', 'title', caption);
-  element('div', 'chips', caption);
   panel.dataset.label = label;
+  const stage = panel.querySelector('.stage');
   stage.addEventListener('mousemove', (event) => hover(panel, tokenAt(stage, event)));
   stage.addEventListener('mouseleave', () => hover(null, null));
   stage.addEventListener('click', (event) => { state.query = tokenAt(stage, event); render(); });
@@ -165,17 +156,14 @@ function draw(panel, row, top, caption, low = 0, unit = 'attention') {
     marks.strokeStyle = 'cyan'; marks.lineWidth = 2;
     marks.strokeRect(query.col * cell + 1, query.row * cell + 1, cell - 2, cell - 2);
   }
-  // The caption and the chips are text nodes only: a label or a file name is never parsed as markup.
-  panel.querySelector('.caption .title').textContent = caption;
-  panel.querySelector('.caption .chips').replaceChildren(...meta.prefix.map((name, token) => {
-    const chip = element('span', 'cls');
-    chip.dataset.token = String(token);
-    chip.textContent = name + ' ' + formatted(row[token], unit);
-    chip.addEventListener('mouseenter', () => hover(panel, token));
+  const chips = meta.prefix.map((name, token) =>
+    '<span class="cls" data-token="' + token + '">' + name + ' ' + formatted(row[token], unit) + '</span>').join(' ');
+  panel.querySelector('.caption').innerHTML = caption + '<br>' + chips;
+  panel.querySelectorAll('.cls').forEach((chip) => {
+    chip.addEventListener('mouseenter', () => hover(panel, Number(chip.dataset.token)));
     chip.addEventListener('mouseleave', () => hover(null, null));
-    chip.addEventListener('click', () => { state.query = token; render(); });
-    return chip;
-  }));
+    chip.addEventListener('click', () => { state.query = Number(chip.dataset.token); render(); });
+  });
 }
 
 function drawScale(id, top, low = 0, unit = 'attention') {
