@@ -299,6 +299,25 @@ class ProgressSteps(Steps):
             self.progress.advance(self.task, count)
 
 
+class LineSteps(Steps):
+    """A job's inner steps as plain lines where stderr is no terminal (a log file, a pipe, a batch job's output),
+    which a bar would fill with redraws: one line whenever another tenth of a sub-task is done."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.description, self.total, self.done, self.tenths = "", 0, 0, 0
+
+    def start(self, total: int, description: str) -> None:
+        self.description, self.total, self.done, self.tenths = description, total, 0, 0
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        tenths = 10 * self.done // self.total if self.total else 0
+        if tenths > self.tenths:
+            self.tenths = tenths
+            self.say(f"{self.description}: {10 * tenths}% ({self.done:,} of {self.total:,})")
+
+
 @contextmanager
 def progress_display(enabled: bool) -> Iterator[Any]:
     """A rich progress display on stderr (images and steps done, time left), or None when disabled."""

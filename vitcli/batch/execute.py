@@ -10,6 +10,7 @@ complete, unless `force`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,34 +171,62 @@ def _views_after_failure(
 
 def summary_table(manifest: Manifest, root: Path) -> tuple[Any, list[str]]:
     """summary.csv as a rich table, numbers to 4 significant digits: one column per image when there are a few
-    (the headline numbers read down), else the first columns of one row per image; and the columns left out."""
+    (the headline numbers read down), else the first columns of one row per image; and the columns left out.
+
+    Images are named by what tells them apart: the file name, then its folder below the images' common folder
+    (which the title names). Long names and headers fold onto more lines rather than lose their ends."""
     from rich.table import Table
+    from rich.text import Text
 
     from vitcli.render import weights_caption
 
     frame = summary_frame(manifest.results, manifest.result_names).drop(columns=["image_sha256"])
     caption = weights_caption(manifest.provenance["weights_label"])
-    images = f"{len(frame)} image{'' if len(frame) == 1 else 's'}"
-    table = Table(title=f"{root}: {images} (all numbers in summary.csv)", caption=caption)
+    common, labels = _image_labels([str(image) for image in frame["image"]])
+    images = f"{len(frame)} image{'' if len(frame) == 1 else 's'}" + (f" in {common}" if common else "")
+    table = Table(title=Text(f"{root}: {images} (all numbers in summary.csv)"), caption=caption)
     if len(frame) <= FEW_IMAGES:
-        table.add_column("")
-        for image in frame["image"]:
-            table.add_column(Path(image).name, justify="right")
+        table.add_column("", overflow="fold")
+        for label in labels:
+            table.add_column(label, justify="right", overflow="fold")
         for column in frame.columns[1:]:
-            table.add_row(str(column), *(_cell(value) for value in frame[column]))
+            table.add_row(Text(str(column)), *(_cell(value) for value in frame[column]))
         return table, []
     shown = list(frame.columns[: 1 + FEW_COLUMNS])
-    for column in shown:
-        table.add_column(str(column), justify="left" if column == "image" else "right")
-    for row in frame[shown].itertuples(index=False):
-        table.add_row(*(_cell(value) for value in row))
+    table.add_column("image", overflow="fold")
+    for column in shown[1:]:
+        table.add_column(Text(str(column)), justify="right", overflow="fold")
+    for label, row in zip(labels, frame[shown[1:]].itertuples(index=False), strict=True):
+        table.add_row(label, *(_cell(value) for value in row))
     return table, [str(column) for column in frame.columns[1 + FEW_COLUMNS :]]
 
 
-def _cell(value: Any) -> str:
+def _image_labels(images: list[str]) -> tuple[str, list[Any]]:
+    """The images' common folder and, for each image, its file name followed by its folder below that one."""
+    from rich.text import Text
+
+    folders = [os.path.dirname(image) for image in images]
+    try:
+        common = os.path.commonpath(folders) if folders else ""
+    except ValueError:  # absolute and relative paths mixed: nothing in common
+        common = ""
+    labels = []
+    for image, folder in zip(images, folders, strict=True):
+        below = os.path.relpath(folder, common) if common else folder
+        label = Text(os.path.basename(image))
+        if below not in ("", os.curdir):
+            label.append(f" in {below}", style="dim")
+        labels.append(label)
+    return common, labels
+
+
+def _cell(value: Any) -> Any:
+    """A summary value as text (a label or a class name is never markup)."""
+    from rich.text import Text
+
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "" if value is None else str(value)
+    return Text("" if value is None else str(value))
 
 
 def merge_folders(context: CommandContext, folders: list[Path], into: Path) -> tuple[Manifest, list[Path]]:
