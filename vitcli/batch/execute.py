@@ -2,8 +2,9 @@
 forward runs once per batch of images and every experiment shares it.
 
 Results land in OUTPUT/RUN_NAME/ (the same files the single commands write). Each result is appended to this
-process's record (vitcli.batch.record) as it is published; manifest.json and summary.csv are views of every record
-in the folder, written when the run ends or is interrupted. Re-running the same config skips the (image, experiment)
+process's record (vitcli.batch.record) as it is published; manifest.json and summary.csv are views of this run's
+images in every record of the folder (images recorded there but no longer among the inputs are listed as not in this
+run), written when the run ends or is interrupted. Re-running the same config skips the (image, experiment)
 pairs that any record of the folder lists, whose image still has the recorded SHA-256 and whose files the store finds
 complete, unless `force`.
 """
@@ -52,12 +53,10 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     jobs = [job for experiment in config.experiments for job in experiment.jobs]
     image_jobs = [job for job in jobs if job.scope == "image"]
     report = Report()
-    # Canonical (absolute, normalized) paths: an image spelled relative or absolute is one image of the record.
-    inputs = list(
-        dict.fromkeys(
-            Path(os.path.abspath(path)) for path in context.images(arguments or config.images, report, shard=False)
-        )
-    )
+    # Canonical (absolute, normalized) paths: an image spelled relative or absolute is one image of the record. Every
+    # shard's share is known, so that the views tell this run's other images from images no longer in its inputs.
+    found = context.images(arguments or config.images, report, shard=False)
+    inputs = list(dict.fromkeys(Path(os.path.abspath(path)) for path in found))
     paths = context.shard.select(inputs) if context.shard else inputs
     root = OutputStore(context.output_dir).folder(safe_name(config.name, "run"))
     model = context.model()

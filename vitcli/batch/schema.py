@@ -77,7 +77,9 @@ class Matching:
 
 
 def _must(where: str, words: str, value: Any) -> str:
-    found = repr(value) if isinstance(value, str) else "true/false" if isinstance(value, bool) else _WORDS[type(value)]
+    found = "true/false" if isinstance(value, bool) else _WORDS.get(type(value), type(value).__name__)
+    if isinstance(value, str) and len(value) <= 40:
+        found = repr(value)
     return f"{where + ': ' if where else ''}must be {words}, not {found}"
 
 
