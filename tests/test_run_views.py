@@ -4,6 +4,7 @@ words."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -225,3 +226,30 @@ def test_counts_say_one_failure_and_two_images(cli, workdir, report_of):
     assert "of 2 images;" in merged.stderr and "warning: 1 failure remains" in merged.stderr
     page = report_of(root)
     assert "2 images, 4 results, 1 failure;" in page and "1 failures" not in page
+
+
+def test_a_missing_integer_cell_is_empty_in_the_report_and_the_terminal_table(tmp_path):
+    """Integer columns are nullable (pandas' Int64): a missing cell must read as empty, never `<NA>`."""
+    from vitcli.batch.execute import summary_table
+    from vitcli.batch.manifest import Manifest, summary_frame
+    from vitcli.report.sections import summary_section
+
+    entries = [
+        {"image": "a.png", "image_sha256": "s", "subject": "a", "experiment": "predict", "command": "predict",
+         "summary": {"top1_class": 3}},
+        {"image": "b.png", "image_sha256": "t", "subject": "b", "experiment": "attend", "command": "attend",
+         "summary": {"x": 1.5}},
+    ]  # fmt: skip
+    timed = [{**entry, "compute_seconds": 0.0, "write_seconds": 0.0} for entry in entries]
+    manifest_ = Manifest("n", "i", {}, {"weights_label": "random"}, None, timed)
+    links = {"a.png": "#a", "b.png": "#b"}
+    for interactive in (False, True):
+        html = summary_section(summary_frame(entries), links, interactive, manifest_)
+        assert "NA" not in html and ('<td class="number">3</td>' in html or "[3," in html or ",3]" in html), html
+    from rich.console import Console
+
+    table, _ = summary_table(manifest_, tmp_path)
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(table)
+    shown = console.export_text()
+    assert "NA" not in shown and "nan" not in shown and " 3 " in shown, shown

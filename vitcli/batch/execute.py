@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.batch.config import RunConfig, located
-from vitcli.batch.manifest import Manifest, stem, summary_frame
+from vitcli.batch.manifest import Manifest, plain_cells, stem, summary_frame
 from vitcli.batch.record import Record, RecordWriter, read_record
 from vitcli.batch.views import ACROSS, VIEWS_LOCK, Scope, merge_runs, record_view, stored_document, write_views
 from vitcli.errors import UsageError
@@ -187,7 +187,7 @@ def summary_table(manifest: Manifest, root: Path) -> tuple[Any, list[str]]:
 
     from vitcli.render import weights_caption
 
-    frame = summary_frame(manifest.results, manifest.result_names).drop(columns=["image_sha256"])
+    frame = plain_cells(summary_frame(manifest.results, manifest.result_names).drop(columns=["image_sha256"]))
     caption = weights_caption(manifest.provenance["weights_label"])
     table = Table(title=f"{root}: {counted(len(frame), 'image')} (all numbers in summary.csv)", caption=caption)
     if len(frame) <= FEW_IMAGES:

@@ -154,6 +154,12 @@ def summary_frame(results: list[dict[str, Any]], configured: list[str] | None = 
     return frame.sort_values(["image", "image_sha256"], kind="stable").reset_index(drop=True)
 
 
+def plain_cells(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """summary_frame's cells as Python values for a page or a terminal table: a missing cell None (never pandas'
+    `<NA>` of an integer column, nor NaN), integers Python ints."""
+    return frame.astype(object).where(frame.notna(), None)
+
+
 def read_manifest(path: Path) -> Manifest:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from vitcli.batch.manifest import Manifest, timings
+from vitcli.batch.manifest import Manifest, plain_cells, timings
 from vitcli.naming import MODEL_SUBJECT
 from vitcli.output import counted
 from vitcli.presentation.explorer_frame import explorer_fragment, explorer_link
@@ -88,7 +88,7 @@ def header(manifest: Manifest, sources: list[Path], image_count: int) -> str:
 def summary_section(frame: Any, links: dict[str, str | None], interactive: bool, manifest: Manifest) -> str:
     """summary.csv's rows: a static table (the single page) or a sortable, paginated data table (the index); then
     the timings."""
-    frame = frame.drop(columns=["image_sha256"])
+    frame = plain_cells(frame.drop(columns=["image_sha256"]))
     columns = [str(column) for column in frame.columns]
     intro = (
         '<section><h2>Summary</h2><p class="meta">summary.csv: one row per image, headline numbers of each experiment'
