@@ -25,6 +25,11 @@ FORMATS = ("table", "json", "jsonl", "csv")
 WIDE_PIPE_COLUMNS = 200  # tables sent to a file or pipe are not cut at rich's default 80 columns
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 failure`, `2 failures`: a count with its noun in the right number."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 class Messages:
     """Informational lines (silenced by --quiet), warnings and errors, all on stderr."""
 

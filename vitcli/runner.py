@@ -21,7 +21,7 @@ from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
 from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
-from vitcli.output import Emitter, Messages, csv_text, json_text
+from vitcli.output import Emitter, Messages, counted, csv_text, json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class Report:
     images: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (subject, result name) already complete
     failures: list[Failure] = field(default_factory=list)
+    not_in_this_run: int = 0  # a batch run: images its folder recorded that are not among its images
 
     @property
     def failed_images(self) -> int:
@@ -60,8 +61,16 @@ class Report:
 
     def counts(self) -> str:
         done = self.images - self.failed_images
-        text = f"{done} of {self.images} image{'s' if self.images != 1 else ''} done"
-        return text + (f", {self.failed_images} failed" if self.failures else "")
+        text = f"{done} of {counted(self.images, 'image')} done" + (
+            f", {self.failed_images} failed" if self.failures else ""
+        )
+        if self.not_in_this_run:
+            earlier = counted(self.not_in_this_run, "image")
+            verb = "is" if self.not_in_this_run == 1 else "are"
+            text += (
+                f"; {earlier} recorded earlier {verb} not in this run (their results stay on disk; see the manifest)"
+            )
+        return text
 
 
 class Publisher:
