@@ -44,7 +44,7 @@ def layer_scale():
 @pytest.fixture(scope="module")
 def registers_avg():
     """DINOv2 ViT-S/14 with 4 registers, 2 blocks, 56x56, mean-pooled head through fc_norm (timm's default for
-    global_pool='avg'): the patch mean must skip CLS and REG1..REG4, and registers are components' sources."""
+    global_pool='avg'): the patch mean must skip CLS and R1..R4, and registers are components' sources."""
     return scrambled("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10, global_pool="avg")
 
 

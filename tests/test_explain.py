@@ -37,7 +37,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def registers():
-    """DINOv2 ViT-S/14 with 4 register tokens (CLS + REG1..REG4 before the patches), 2 blocks, 56x56: 4x4 patches."""
+    """DINOv2 ViT-S/14 with 4 register tokens (CLS + R1..R4 before the patches), 2 blocks, 56x56: 4x4 patches."""
     return small_vit("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10)
 
 

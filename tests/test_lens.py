@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def registers():
-    """DINOv2 ViT-S/14 with 4 register tokens, 2 blocks, 56x56: the patch mean must skip CLS and REG1..REG4."""
+    """DINOv2 ViT-S/14 with 4 register tokens, 2 blocks, 56x56: the patch mean must skip CLS and R1..R4."""
     return small_vit("vit_small_patch14_reg4_dinov2", depth=2, img_size=56, num_classes=10)
 
 

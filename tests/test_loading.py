@@ -283,7 +283,7 @@ def test_describe_default_and_headless_models():
     dino = describe(WeightsSpec(model_name="vit_small_patch16_224.dino"))
     assert dino.num_classes == 0 and dino.labels == ()
     registers = describe(WeightsSpec(model_name="vit_small_patch14_reg4_dinov2.lvd142m"))
-    assert registers.grid.prefix_names == ("CLS", "REG1", "REG2", "REG3", "REG4") and registers.num_classes == 0
+    assert registers.grid.prefix_names == ("CLS", "R1", "R2", "R3", "R4") and registers.num_classes == 0
 
 
 def test_describe_reads_no_weights_and_is_quick(tmp_path, monkeypatch):

@@ -215,7 +215,7 @@ def test_parameter_hash_follows_its_definition(vit):
 
 def test_prefix_tokens_are_named_and_patches_numbered_after_them():
     registers = small_vit(reg_tokens=4)
-    assert registers.grid.prefix_names == ("CLS", "REG1", "REG2", "REG3", "REG4")
+    assert registers.grid.prefix_names == ("CLS", "R1", "R2", "R3", "R4")
     assert registers.grid.token_of_patch(1) == 5
     torch.manual_seed(0)
     distilled = VitModel(

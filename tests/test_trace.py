@@ -194,7 +194,7 @@ def test_every_followed_vector_equals_the_hook_capture_on_vit_tiny(vit, photo):
 
 
 def test_every_followed_vector_equals_the_hook_capture_on_patch32_384_with_every_option(odd_vit, photo):
-    largest, keys = check_against_hooks(odd_vit, photo, ["cls,reg2,P1,144"])
+    largest, keys = check_against_hooks(odd_vit, photo, ["cls,r2,P1,144"])
     optional = {"embed.norm", "embed.norm_pre", "block1.attn.norm", "block1.ls1", "block1.mlp.norm", "final.fc_norm"}
     assert optional <= keys
     print(f"patch-32/384 variant largest |trace - hook| = {largest[0]:.3g} at {largest[1]}")
@@ -234,8 +234,8 @@ def test_a_failed_self_check_is_an_error(vit, photo, monkeypatch):
 def test_token_and_block_parsing(vit, odd_vit):
     tokens = parse_tokens(vit.grid, ["0,63,74", "cls", "P63", "r4c6"])
     assert [(t.token, t.name) for t in tokens] == [(0, "CLS"), (63, "P63"), (74, "P74")]
-    registers = parse_tokens(odd_vit.grid, ["reg1", "1"])
-    assert [(t.token, t.name) for t in registers] == [(1, "REG1"), (3, "P1")]  # CLS, REG1, REG2, then P1
+    registers = parse_tokens(odd_vit.grid, ["r1", "1"])
+    assert [(t.token, t.name) for t in registers] == [(1, "R1"), (3, "P1")]  # CLS, R1, R2, then P1
     assert parse_tokens(vit.grid, []) == parse_tokens(vit.grid, ["cls"])
     for bad in ("P197", "r14c0", "dist", "x"):
         with pytest.raises(UsageError, match="--token"):
@@ -334,7 +334,7 @@ def held_values(result) -> tuple[int, int]:
 
 @pytest.mark.parametrize(
     ("model", "tokens", "blocks"),
-    [("vit", "0,63", "1,12"), ("vit", "r4c6", "all"), ("odd_vit", "0,reg1,3", "all"), ("odd_vit", "5", "none")],
+    [("vit", "0,63", "1,12"), ("vit", "r4c6", "all"), ("odd_vit", "0,r1,3", "all"), ("odd_vit", "5", "none")],
 )
 def test_the_size_told_before_loading_bounds_what_a_trace_holds(request, photo, model, tokens, blocks):
     from vitcli.experiments.trace_bound import trace_size

@@ -409,7 +409,7 @@ def prefix_names(net: VisionTransformer) -> tuple[str, ...]:
     names = ["CLS"]
     if getattr(net, "dist_token", None) is not None:
         names.append("DIST")
-    names.extend(f"REG{index + 1}" for index in range(net.num_reg_tokens))
+    names.extend(f"R{index + 1}" for index in range(net.num_reg_tokens))  # registers R1..Rn
     if len(names) != net.num_prefix_tokens:
         raise VitcliError(f"cannot name the {net.num_prefix_tokens} prefix tokens of {type(net).__name__}")
     return tuple(names)

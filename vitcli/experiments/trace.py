@@ -36,7 +36,7 @@ READOUTS = {"token": "CLS row", "avg": "mean of the patch rows"}
 @dataclass(frozen=True)
 class FollowedToken:
     token: int  # index among all rows (CLS is 0)
-    name: str  # "CLS", "REG1", "P63"
+    name: str  # "CLS", "R1", "P63"
     patch: int | None
 
 
@@ -84,7 +84,7 @@ class TraceResult:
 
 
 def parse_tokens(grid: PatchGrid, texts: Sequence[str]) -> list[FollowedToken]:
-    """Tokens from `--token` values: comma-separated `0` or `cls`, prefix names (`reg1`), `63`, `P63`, `r4c6`."""
+    """Tokens from `--token` values: comma-separated `0` or `cls`, prefix names (`r1`, `dist`), `63`, `P63`, `r4c6`."""
     prefixes = {name.lower(): token for token, name in enumerate(grid.prefix_names)}
     followed: list[FollowedToken] = []
     for text in texts:
