@@ -52,6 +52,12 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     image_jobs = [job for job in jobs if job.scope == "image"]
     report = Report()
     paths = context.images(arguments or config.images, report)
+    for experiment in config.experiments:
+        for job in experiment.jobs:
+            try:
+                job.check_images(len(paths))
+            except UsageError as error:
+                raise UsageError(located(experiment.path, str(error))) from error
     root = OutputStore(context.output_dir).folder(safe_name(config.name, "run"))
     model = context.model()
     provenance = context.provenance(model)
@@ -82,6 +88,7 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
         runner.publish_across_images(paths, report)
+        runner.run_over_set([job for job in jobs if job.scope == "set"], paths, report)
     except BaseException:
         writer.close()
         _views_after_failure(store, root, shard, subjects, warn)
