@@ -13,104 +13,41 @@ Blocks count from 1 in every result, as everywhere in vitcli; arrays indexed by 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator
+from itertools import islice
+from typing import Any
 
-import numpy as np
+import torch
 
-from vitcli.grid import PatchGrid
-from vitcli.images import ImageSource
+from vitcli.experiments.anatomy_accumulators import (
+    CkaAccumulator,
+    DistanceAccumulator,
+    NormsAccumulator,
+    PcaAccumulator,
+    Reading,
+)
+from vitcli.experiments.anatomy_types import (  # noqa: F401  (re-exported: the results live here for callers)
+    ATTENTION_VIEWS,
+    CKA_EXAMPLE,
+    CKA_MIN_IMAGES,
+    DEFAULT_CKA_MINIBATCH,
+    DEFAULT_NORM_FACTOR,
+    DEFAULT_PCA_THRESHOLD,
+    DISTANCE_NOTE,
+    IMAGE_VIEWS,
+    NORMS_NOTE,
+    PCA_FEATURES,
+    CkaResult,
+    DistanceResult,
+    ImageAnatomy,
+    NormOutlier,
+    NormsResult,
+    PcaResult,
+)
+from vitcli.experiments.components import caching
 from vitcli.model import PreparedImage, VitModel
 
-IMAGE_VIEWS = ("distance", "cka", "pca", "norms")
-ATTENTION_VIEWS = frozenset({"distance", "norms"})  # the views that need attention probabilities
-CKA_MIN_IMAGES = 4  # the unbiased HSIC needs at least 4 examples (anatomy_math.HSIC_MIN_EXAMPLES)
-DEFAULT_CKA_MINIBATCH = 32
-DEFAULT_PCA_THRESHOLD = 0.5
-DEFAULT_NORM_FACTOR = 3.0
-
-DISTANCE_NOTE = (
-    "mean over query patches and images of the sum over source patches of attention x the pixel distance between "
-    "patch centres; prefix tokens are neither queries nor sources, and the attention over patches is not "
-    "renormalized (attention to prefix tokens counts as distance 0)"
-)
-CKA_EXAMPLE = "one image: the rows leaving the block, every token (prefix tokens included), flattened"
-PCA_FEATURES = "patch rows of the last block's output after the model's final norm (prefix tokens excluded)"
-NORMS_NOTE = (
-    "L2 norm of every token's row leaving each block; an outlier exceeds factor x the median over the folder's "
-    "tokens in that block; cls_attention is the class token's attention to it in that block, mean over heads"
-)
-
-
-@dataclass
-class DistanceResult:
-    grid: PatchGrid
-    mean: np.ndarray  # (blocks, heads) pixels, averaged over images
-    per_image: np.ndarray  # (images, blocks, heads) pixels
-    sources: list[ImageSource]
-    renormalized: bool  # False: attention over patch sources is used as computed (see DISTANCE_NOTE)
-    note: str
-
-
-@dataclass
-class CkaResult:
-    matrix: np.ndarray  # (blocks, blocks) linear CKA between the rows leaving block i + 1 and block j + 1
-    estimator: str  # e.g. "minibatch unbiased HSIC (Nguyen et al. 2021), 3 minibatches of 32 images"
-    example: str  # what one example is (CKA_EXAMPLE)
-    images: int  # images fed
-    used: int  # images in the estimate (a last minibatch with fewer than CKA_MIN_IMAGES images is left out)
-    minibatch: int
-    minibatches: int
-
-
-@dataclass
-class PcaResult:
-    grid: PatchGrid
-    rgb: np.ndarray  # (images, rows, cols, 3) in [0, 1]: components 1-3 min-max scaled over the folder
-    first: np.ndarray  # (images, rows, cols) component 1 min-max scaled over the folder (the red channel)
-    mask: np.ndarray  # (images, rows, cols) bool: first > threshold (foreground)
-    threshold: float
-    components: np.ndarray  # (3, width) unit principal axes (sign: largest |entry| positive)
-    explained_variance_ratio: np.ndarray  # (3,)
-    sources: list[ImageSource]
-    features: str  # which rows were decomposed (PCA_FEATURES)
-
-
-@dataclass(frozen=True)
-class NormOutlier:
-    image: int  # zero-based index into NormsResult.sources
-    token: int  # zero-based token index (prefix tokens first)
-    name: str  # "P74", "CLS", "REG2"
-    block: int  # one-based
-    norm: float
-    median: float  # the block's median norm over the folder
-    cls_attention: float | None  # the class token's attention to it in that block (mean over heads); None without
-
-
-@dataclass
-class NormsResult:
-    grid: PatchGrid
-    norms: np.ndarray  # (images, blocks, tokens) float32
-    medians: np.ndarray  # (blocks,) median over every image's tokens
-    factor: float
-    outliers: list[NormOutlier]  # by image, block, then token
-    sources: list[ImageSource]
-    note: str
-
-    @property
-    def token_names(self) -> list[str]:
-        return [self.grid.token_name(token) for token in range(self.grid.num_tokens)]
-
-
-@dataclass
-class ImageAnatomy:
-    """The image views asked for (None: not asked)."""
-
-    sources: list[ImageSource]
-    distance: DistanceResult | None = None
-    cka: CkaResult | None = None
-    pca: PcaResult | None = None
-    norms: NormsResult | None = None
+READING_BUDGET_BYTES = 2 * 1024**3  # what one batch's trace may keep (attention of every block is most of it)
 
 
 def measure(
@@ -129,4 +66,73 @@ def measure(
     number of images done. Raises ValueError for an unknown view or for cka over fewer than CKA_MIN_IMAGES images
     (the command checks the count first, as a usage error).
     """
-    raise NotImplementedError
+    unknown = set(views) - set(IMAGE_VIEWS)
+    if unknown:
+        raise ValueError(f"unknown image views {sorted(unknown)}; known: {', '.join(IMAGE_VIEWS)}")
+    grid, depth = model.grid, model.depth
+    accumulators: dict[str, Any] = {}
+    if "distance" in views:
+        accumulators["distance"] = DistanceAccumulator(grid)
+    if "cka" in views:
+        accumulators["cka"] = CkaAccumulator(depth, cka_minibatch)
+    if "pca" in views:
+        accumulators["pca"] = PcaAccumulator(grid, pca_threshold)
+    if "norms" in views:
+        accumulators["norms"] = NormsAccumulator(grid, norm_factor)
+    with_attention = bool(ATTENTION_VIEWS & set(views))
+    sources = []
+    for batch in _batches(images, reading_batch_size(model, with_attention)):
+        reading = read_batch(model, torch.stack([image.input for image in batch]), with_attention)
+        for accumulator in accumulators.values():
+            accumulator.add(reading)
+        sources.extend(image.source for image in batch)
+        if progress is not None:
+            progress(len(sources))
+    if not sources:
+        raise ValueError("no images to measure")
+    if "cka" in views and len(sources) < CKA_MIN_IMAGES:
+        raise ValueError(f"CKA needs at least {CKA_MIN_IMAGES} images, not {len(sources)}")
+    anatomy = ImageAnatomy(sources)
+    for view, accumulator in accumulators.items():
+        setattr(anatomy, view, accumulator.finish() if view == "cka" else accumulator.finish(sources))
+    return anatomy
+
+
+def read_batch(model: VitModel, inputs: torch.Tensor, with_attention: bool) -> Reading:
+    """One forward over (B, 3, H, W) normalized inputs, keeping what the views read.
+
+    With attention: `VitModel.trace` with every block kept (components.py has no attention-probability site; the
+    explicit forward is the one place vitcli writes softmax(q k^T * scale) out). Without: the model's own forward
+    with blocks.B.hook_resid_post cached for every block.
+    """
+    net, depth = model.net, model.depth
+    if with_attention:
+        trace = model.trace(inputs, keep=range(depth))
+        blocks = [trace.blocks[index] for index in range(depth)]
+        residual = [block.output.float() for block in blocks]
+        attention = [block.attention.float() for block in blocks]
+    else:
+        sites = [f"blocks.{block}.hook_resid_post" for block in range(1, depth + 1)]
+        with torch.inference_mode(), caching(net, sites) as cache:
+            net.forward_features(inputs.to(model.device))
+        residual = [cache[site].float().cpu() for site in sites]
+        attention = None
+    with torch.inference_mode():
+        final = net.norm(residual[-1].to(model.device)).float().cpu()
+    return Reading(residual, final, attention)
+
+
+def reading_batch_size(model: VitModel, with_attention: bool) -> int:
+    """The model's batch size, made smaller when a batch's kept attention (every block, every head: N^2 floats each)
+    would pass READING_BUDGET_BYTES: DINOv2 at 518 pixels keeps about half a gigabyte per image."""
+    if not with_attention:
+        return model.batch_size
+    grid = model.grid
+    per_image = 4 * model.depth * (model.num_heads * grid.num_tokens**2 + 9 * grid.num_tokens * model.embed_dim)
+    return max(1, min(model.batch_size, READING_BUDGET_BYTES // per_image))
+
+
+def _batches(images: Iterable[PreparedImage], size: int) -> Iterator[list[PreparedImage]]:
+    waiting = iter(images)
+    while batch := list(islice(waiting, size)):
+        yield batch

@@ -16,16 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
+from vitcli.errors import VitcliError
+from vitcli.experiments.anatomy_math import principal_components
 from vitcli.grid import PatchGrid
 from vitcli.model import VitModel
 
 DEFAULT_COMPONENTS = 28  # the ViT paper's Figure 7 (left) shows the first 28
+PREFIX_NOTE = "patches only: the prefix tokens' own position embeddings (when the model has them) are left out"
 
 
 @dataclass
 class FiltersResult:
-    components: np.ndarray  # (k, 3, p, p) float64: principal component i as an RGB patch, unit length over 3 p^2 values
+    components: np.ndarray  # (k, 3, p, p) float64: component i as an RGB patch (unit length over its 3 p^2 values)
     explained_variance_ratio: np.ndarray  # (k,) each component's share of the centred filters' variance; sums <= 1
     singular_values: np.ndarray  # (k,) of the centred (filters, 3 p^2) matrix
     filters: int  # D: how many filters (samples) the components summarise
@@ -56,9 +60,47 @@ class PositionsResult:
 def filters(model: VitModel, components: int = DEFAULT_COMPONENTS) -> FiltersResult:
     """The first `components` principal components of the centred patch-embedding filters (fewer when the model has
     fewer filters or values per filter)."""
-    raise NotImplementedError
+    weight, _ = model.patch_projection  # (3 p^2, D): one filter per column
+    samples = weight.T.double().cpu().numpy()
+    principal = principal_components(samples, components)
+    size = model.grid.patch_size
+    return FiltersResult(
+        principal.components.reshape(-1, 3, size, size),
+        principal.explained_variance_ratio,
+        principal.singular_values,
+        len(samples),
+        size,
+        model.spec.label,
+    )
 
 
 def positions(model: VitModel) -> PositionsResult:
     """The cosine similarity between the patches' position embeddings, or a reason why the model has none."""
-    raise NotImplementedError
+    net, grid, label = model.net, model.grid, model.spec.label
+    table = getattr(net, "pos_embed", None)
+    if table is None:
+        relative = "relative position bias or rotary embeddings" if _has_relative_positions(net) else "none"
+        return PositionsResult(
+            grid,
+            None,
+            f"{model.name} has no learned absolute position embeddings ({relative}): there is nothing to compare",
+            PREFIX_NOTE,
+            False,
+            label,
+        )
+    rows = table.detach().reshape(-1, table.shape[-1]).double().cpu().numpy()
+    if len(rows) < grid.num_patches:
+        raise VitcliError(
+            f"{model.name} has {len(rows)} position embeddings for {grid.num_patches} patches; "
+            "vitcli reads one per patch"
+        )
+    patches = rows[len(rows) - grid.num_patches :]  # prefix tokens' embeddings, when there are any, come first
+    unit = patches / np.linalg.norm(patches, axis=1, keepdims=True)
+    return PositionsResult(grid, unit @ unit.T, None, PREFIX_NOTE, not table.requires_grad, label)
+
+
+def _has_relative_positions(net: torch.nn.Module) -> bool:
+    names = ("rope", "relative_position_bias_table", "rel_pos")
+    return any(any(part in name for part in names) for name, _ in net.named_modules()) or any(
+        "relative_position" in name for name, _ in net.named_parameters()
+    )
