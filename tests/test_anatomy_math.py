@@ -15,7 +15,8 @@ import timm
 import torch
 
 from vitcli.experiments import anatomy_math as am
-from vitcli.experiments.anatomy_images import measure
+from vitcli.experiments.anatomy_accumulators import CkaAccumulator
+from vitcli.experiments.anatomy_images import measure, read_batch
 from vitcli.experiments.anatomy_weights import filters, positions
 from vitcli.experiments.attention import attend, parse_query
 from vitcli.experiments.components import caching
@@ -94,7 +95,7 @@ def test_distance_equals_an_independent_computation_from_attends_rows():
                 expected[image, row.block - 1, row.head - 1] += total / grid.num_patches
     assert result.per_image == pytest.approx(expected, rel=1e-5)
     assert result.mean == pytest.approx(expected.mean(axis=0), rel=1e-5)
-    assert not result.renormalized
+    assert not result.renormalized and result.weights == model.spec.label
 
 
 # ----- positions
@@ -238,6 +239,17 @@ def test_cka_leaves_out_a_last_minibatch_too_small_for_unbiased_hsic():
     assert (result.images, result.used, result.minibatches) == (11, 8, 2)
     with pytest.raises(ValueError, match="at least 4 images"):
         measure(model, random_images(model, 3), ["cka"])
+
+
+def test_cka_keeps_at_most_one_minibatch_of_rows_whatever_the_folder():
+    model = small_model()
+    accumulator = CkaAccumulator(model.depth, 8)
+    for batch in range(10):
+        reading = read_batch(model, torch.stack([image.input for image in random_images(model, 3, seed=batch)]), False)
+        accumulator.add(reading)
+        assert len(accumulator.waiting) < 8
+    assert accumulator.estimator.hsic_sums.shape == (2, 2)
+    assert accumulator.finish().used == 24 + 6
 
 
 # ----- norms

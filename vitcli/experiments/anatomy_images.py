@@ -94,7 +94,9 @@ def measure(
         raise ValueError(f"CKA needs at least {CKA_MIN_IMAGES} images, not {len(sources)}")
     anatomy = ImageAnatomy(sources)
     for view, accumulator in accumulators.items():
-        setattr(anatomy, view, accumulator.finish() if view == "cka" else accumulator.finish(sources))
+        result = accumulator.finish() if view == "cka" else accumulator.finish(sources)
+        result.weights = model.spec.label
+        setattr(anatomy, view, result)
     return anatomy
 
 

@@ -41,6 +41,7 @@ class DistanceResult:
     sources: list[ImageSource]
     renormalized: bool  # False: attention over patch sources is used as computed (see DISTANCE_NOTE)
     note: str
+    weights: str = ""  # the weights' label, e.g. "RANDOM (seed 0)" (measure() fills it)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class CkaResult:
     used: int  # images in the estimate (a last minibatch with fewer than CKA_MIN_IMAGES images is left out)
     minibatch: int
     minibatches: int
+    weights: str = ""
 
 
 @dataclass
@@ -65,6 +67,7 @@ class PcaResult:
     explained_variance_ratio: np.ndarray  # (3,)
     sources: list[ImageSource]
     features: str  # which rows were decomposed (PCA_FEATURES)
+    weights: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class NormsResult:
     outliers: list[NormOutlier]  # by image, block, then token
     sources: list[ImageSource]
     note: str
+    weights: str = ""
 
     @property
     def token_names(self) -> list[str]:
