@@ -46,7 +46,7 @@ class DistanceAccumulator:
 
     def add(self, reading: Reading) -> None:
         assert reading.attention is not None
-        blocks = [attention_distance(block.double().numpy(), self.grid) for block in reading.attention]
+        blocks = [attention_distance(block, self.grid) for block in reading.attention]
         self.per_image.extend(np.stack(blocks, axis=1))  # (B, blocks, heads) split by image
 
     def finish(self, sources: list[ImageSource]) -> DistanceResult:
