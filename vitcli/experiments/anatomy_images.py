@@ -1,10 +1,9 @@
 """What a ViT does with space over a folder of images: attention distance, CKA between blocks, PCA of patch features
 to RGB, and high-norm tokens (`vitcli anatomy --view distance,cka,pca,norms`).
 
-One forward per batch serves every view asked for. When a view needs attention probabilities (distance, norms) the
-batch runs through `VitModel.trace` (the explicit forward with every block kept: its attention and the rows leaving
-each block); otherwise through the model's own forward with the rows leaving each block cached
-(`components.caching`, sites blocks.B.hook_resid_post). Each view is an accumulator fed batch by batch and finished
+One forward of the model's own per batch serves every view asked for, with the rows leaving each block cached
+(`components.caching`, sites blocks.B.hook_resid_post) and, when a view needs them (distance, norms), the attention
+probabilities (blocks.B.attn.hook_pattern). Each view is an accumulator fed batch by batch and finished
 once, so a folder streams: distance, CKA and norms keep per-image numbers or sums only; PCA keeps each image's
 last-block patch features (images x patches x width floats) because the RGB maps need the folder's components first.
 
@@ -44,10 +43,10 @@ from vitcli.experiments.anatomy_types import (  # noqa: F401  (re-exported: the 
     NormsResult,
     PcaResult,
 )
-from vitcli.experiments.components import caching
+from vitcli.experiments.components import caching, pattern_site
 from vitcli.model import PreparedImage, VitModel
 
-READING_BUDGET_BYTES = 2 * 1024**3  # what one batch's trace may keep (attention of every block is most of it)
+READING_BUDGET_BYTES = 2 * 1024**3  # what one batch's cache may hold (attention of every block is most of it)
 
 
 def measure(
@@ -101,24 +100,16 @@ def measure(
 
 
 def read_batch(model: VitModel, inputs: torch.Tensor, with_attention: bool) -> Reading:
-    """One forward over (B, 3, H, W) normalized inputs, keeping what the views read.
-
-    With attention: `VitModel.trace` with every block kept (components.py has no attention-probability site; the
-    explicit forward is the one place vitcli writes softmax(q k^T * scale) out). Without: the model's own forward
-    with blocks.B.hook_resid_post cached for every block.
-    """
+    """One forward of the model's own over (B, 3, H, W) normalized inputs, caching what the views read: the rows
+    leaving every block (blocks.B.hook_resid_post) and, with attention, every block's probabilities
+    (blocks.B.attn.hook_pattern)."""
     net, depth = model.net, model.depth
-    if with_attention:
-        trace = model.trace(inputs, keep=range(depth))
-        blocks = [trace.blocks[index] for index in range(depth)]
-        residual = [block.output.float() for block in blocks]
-        attention = [block.attention.float() for block in blocks]
-    else:
-        sites = [f"blocks.{block}.hook_resid_post" for block in range(1, depth + 1)]
-        with torch.inference_mode(), caching(net, sites) as cache:
-            net.forward_features(inputs.to(model.device))
-        residual = [cache[site].float().cpu() for site in sites]
-        attention = None
+    residual_sites = [f"blocks.{block}.hook_resid_post" for block in range(1, depth + 1)]
+    pattern_sites = [pattern_site(block) for block in range(1, depth + 1)] if with_attention else []
+    with torch.inference_mode(), caching(net, residual_sites + pattern_sites) as cache:
+        net.forward_features(inputs.to(model.device))
+    residual = [cache[site].float().cpu() for site in residual_sites]
+    attention = [cache[site].float().cpu() for site in pattern_sites] if with_attention else None
     with torch.inference_mode():
         final = net.norm(residual[-1].to(model.device)).float().cpu()
     return Reading(residual, final, attention)
@@ -130,7 +121,7 @@ def reading_batch_size(model: VitModel, with_attention: bool) -> int:
     if not with_attention:
         return model.batch_size
     grid = model.grid
-    per_image = 4 * model.depth * (model.num_heads * grid.num_tokens**2 + 9 * grid.num_tokens * model.embed_dim)
+    per_image = 4 * model.depth * (model.num_heads * grid.num_tokens**2 + grid.num_tokens * model.embed_dim)
     return max(1, min(model.batch_size, READING_BUDGET_BYTES // per_image))
 
 
