@@ -12,11 +12,14 @@ Blocks count from 1 in every result, as everywhere in vitcli; arrays indexed by 
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from itertools import islice
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from vitcli.experiments.anatomy_accumulators import (
     CkaAccumulator,
@@ -43,7 +46,8 @@ from vitcli.experiments.anatomy_types import (  # noqa: F401  (re-exported: the 
     NormsResult,
     PcaResult,
 )
-from vitcli.experiments.components import caching, pattern_site
+from vitcli.experiments.components import hooks, pattern_site
+from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 
 READING_BUDGET_BYTES = 2 * 1024**3  # what one batch's cache may hold (attention of every block is most of it)
@@ -79,12 +83,18 @@ def measure(
     if "norms" in views:
         accumulators["norms"] = NormsAccumulator(grid, norm_factor)
     with_attention = bool(ATTENTION_VIEWS & set(views))
-    sources = []
-    for batch in _batches(images, reading_batch_size(model, with_attention)):
-        reading = read_batch(model, torch.stack([image.input for image in batch]), with_attention)
+    sources: list[ImageSource] = []
+    waiting: deque[list[ImageSource]] = deque()  # the sources of the batches handed to the forwards, in order
+
+    def inputs() -> Iterator[Tensor]:
+        for batch in _batches(images, reading_batch_size(model, with_attention)):
+            waiting.append([image.source for image in batch])
+            yield torch.stack([image.input for image in batch])
+
+    for reading in readings(model, inputs(), with_attention):
         for accumulator in accumulators.values():
             accumulator.add(reading)
-        sources.extend(image.source for image in batch)
+        sources.extend(waiting.popleft())
         if progress is not None:
             progress(len(sources))
     if not sources:
@@ -99,20 +109,41 @@ def measure(
     return anatomy
 
 
-def read_batch(model: VitModel, inputs: torch.Tensor, with_attention: bool) -> Reading:
-    """One forward of the model's own over (B, 3, H, W) normalized inputs, caching what the views read: the rows
-    leaving every block (blocks.B.hook_resid_post) and, with attention, every block's probabilities
-    (blocks.B.attn.hook_pattern)."""
+def readings(model: VitModel, batches: Iterable[Tensor], with_attention: bool) -> Iterator[Reading]:
+    """For each (B, 3, H, W) batch of normalized inputs, in order, one forward of the model's own with what the views
+    read cached: the rows leaving every block (blocks.B.hook_resid_post) and, with attention, every block's
+    probabilities (blocks.B.attn.hook_pattern).
+
+    The forwards run through `VitModel.stream`, as the model's plain forward does (two batches at once on a CPU), so
+    each thread keeps its own batch's activations: the hooks write into a thread-local cache.
+    """
     net, depth = model.net, model.depth
     residual_sites = [f"blocks.{block}.hook_resid_post" for block in range(1, depth + 1)]
     pattern_sites = [pattern_site(block) for block in range(1, depth + 1)] if with_attention else []
-    with torch.inference_mode(), caching(net, residual_sites + pattern_sites) as cache:
-        net.forward_features(inputs.to(model.device))
-    residual = [cache[site].float().cpu() for site in residual_sites]
-    attention = [cache[site].float().cpu() for site in pattern_sites] if with_attention else None
-    with torch.inference_mode():
-        final = net.norm(residual[-1].to(model.device)).float().cpu()
-    return Reading(residual, final, attention)
+    local = threading.local()
+
+    def keeper(site: str) -> Callable[[Tensor], None]:
+        def keep(activation: Tensor) -> None:
+            local.cache[site] = activation
+
+        return keep
+
+    def forward(inputs: Tensor) -> tuple[Tensor, ...]:
+        local.cache = {}
+        net.forward_features(inputs)
+        cache = local.cache
+        final = net.norm(cache[residual_sites[-1]])
+        return (*(cache[site] for site in residual_sites), final, *(cache[site] for site in pattern_sites))
+
+    with hooks(net, {site: keeper(site) for site in residual_sites + pattern_sites}):
+        for output in model.stream(forward, batches):
+            attention = list(output[depth + 1 :]) if with_attention else None
+            yield Reading(list(output[:depth]), output[depth], attention)
+
+
+def read_batch(model: VitModel, inputs: Tensor, with_attention: bool) -> Reading:
+    """The reading of one batch (see `readings`)."""
+    return next(readings(model, [inputs], with_attention))
 
 
 def reading_batch_size(model: VitModel, with_attention: bool) -> int:
