@@ -7,6 +7,7 @@ a set of images (a `set-...` subject) and share one forward per image (vitcli.ex
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from vitcli.context import CommandContext
-from vitcli.errors import AlreadyReported, UsageError
+from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.jobs import Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.shell import vitcli_command
@@ -120,15 +121,29 @@ class Survey:
             steps.advance(count - done[0])
             done[0] = count
 
-        return measure(
+        skipped: list[str] = []
+
+        def readable() -> Iterator[Any]:
+            """The images that decode; one that does not is left out of the set, its one-line refusal kept."""
+            for path in paths:
+                try:
+                    yield model.prepare(path)
+                except VitcliError as error:
+                    skipped.append(str(error))
+
+        anatomy = measure(
             model,
-            (model.prepare(path) for path in paths),
+            readable(),
             [view.value for view in self.views if view in IMAGE_VIEWS],
             pca_threshold=self.pca_threshold,
             norm_factor=self.norm_factor,
             cka_minibatch=self.cka_minibatch,
             progress=advance,
         )
+        for view in IMAGE_VIEWS:
+            if getattr(anatomy, view) is not None:
+                getattr(anatomy, view).skipped = skipped
+        return anatomy
 
 
 def check_image_count(views: View | list[View], count: int) -> None:

@@ -6,7 +6,7 @@ Blocks count from 1 in every result, as everywhere in vitcli; arrays indexed by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class DistanceResult:
     renormalized: bool  # False: attention over patch sources is used as computed (see DISTANCE_NOTE)
     note: str
     weights: str = ""  # the weights' label, e.g. "RANDOM (seed 0)" (measure() fills it)
+    skipped: list[str] = field(default_factory=list)  # one line per image that could not be read (left out)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class CkaResult:
     minibatch: int
     minibatches: int
     weights: str = ""
+    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -68,6 +70,7 @@ class PcaResult:
     sources: list[ImageSource]
     features: str  # which rows were decomposed (PCA_FEATURES)
     weights: str = ""
+    skipped: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class NormsResult:
     sources: list[ImageSource]
     note: str
     weights: str = ""
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def token_names(self) -> list[str]:

@@ -38,6 +38,8 @@ class View:
     @classmethod
     def presentation(cls, result: Any) -> Presentation:
         presentation = Presentation.of(cls, result)
+        if getattr(result, "skipped", None):
+            presentation.document["skipped_images"] = list(result.skipped)
         presentation.extra_files = cls.extra_files(result)
         if cls.has_figure(result) is False:
             presentation.figure = None

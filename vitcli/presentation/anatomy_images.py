@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vitcli.filenames import escaped_path
+from vitcli.output import counted
 from vitcli.presentation.anatomy import View, matrix_csv
 from vitcli.render import is_random, weights_caption
 
@@ -20,7 +21,12 @@ NO_LABEL = "weights: see the provenance"
 
 def _caption(result: Any) -> str:
     weights = getattr(result, "weights", None)
-    return weights_caption(weights) if weights else NO_LABEL
+    caption = weights_caption(weights) if weights else NO_LABEL
+    skipped = getattr(result, "skipped", [])
+    if skipped:  # said under every view's table, so nobody reads the numbers as covering every image given
+        caption += f"\nleft out {counted(len(skipped), 'image')} that cannot be read: {skipped[0]}"
+        caption += " ..." if len(skipped) > 1 else ""
+    return caption
 
 
 def _images(sources: list[Any]) -> list[str]:
