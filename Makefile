@@ -19,7 +19,10 @@ install: $(STAMP)
 
 # The lecture's photo with the lecture's checkpoint (timm downloads it once into the Hugging Face cache).
 demo: $(STAMP)
-	$(BIN)/vitcli predict examples/images/newfoundland_31.jpg
+	@echo "$(BIN)/vitcli predict examples/images/newfoundland_31.jpg"
+	@$(BIN)/vitcli predict examples/images/newfoundland_31.jpg || { status=$$?; \
+		echo "make demo: no weights (offline?): 'make demo-offline' runs the same with random weights" >&2; \
+		exit $$status; }
 
 # The same command on a machine without network: an untrained, seeded model, so the numbers mean nothing.
 demo-offline: $(STAMP)

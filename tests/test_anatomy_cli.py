@@ -191,3 +191,35 @@ def test_the_commands_defaults_are_the_computations(vit):
     assert command.DEFAULT_PCA_THRESHOLD == experiment.DEFAULT_PCA_THRESHOLD
     assert command.DEFAULT_CKA_MINIBATCH == experiment.DEFAULT_CKA_MINIBATCH
     assert command.MIN_CKA_IMAGES == experiment.CKA_MIN_IMAGES
+
+
+def test_an_unreadable_image_is_left_out_of_the_set_and_named(cli, folder, measured, workdir):
+    """The set's numbers are those of the readable images (the direct computation over them), and every view's JSON
+    and table name the file left out."""
+    images = workdir / "images"
+    shutil.copytree(folder, images)
+    (images / "broken.jpg").write_text("not an image")
+    result = cli("anatomy", images, *RANDOM_CPU, "--view", "cka", "--view", "distance", "-o", "out")
+    assert result.exit_code == 0, result.stderr
+    assert "left out 1 image that cannot be read" in result.stdout and "broken.jpg" in result.stdout
+    (cka,) = (workdir / "out" / MODEL_FOLDER).glob("set-*/anatomy-cka-mb32.json")
+    document = json.loads(cka.read_text())
+    (skipped,) = document["result"]["skipped_images"]
+    assert "broken.jpg" in skipped and "is not an image" in skipped
+    assert document["result"]["images"] == 4
+    np.testing.assert_allclose(document["result"]["matrix"], measured.cka.matrix, rtol=1e-9)
+
+
+def test_a_sharded_run_refuses_views_about_the_images_together(cli, monkeypatch, folder, workdir):
+    _no_loading(monkeypatch)
+    config = workdir / "anatomy.toml"
+    config.write_text(
+        f'images = ["{folder}"]\n[model]\nweights = "random"\n[[experiments]]\ncommand = "anatomy"\nview = "cka"\n',
+        encoding="utf-8",
+    )
+    result = cli("run", config, "--shard", "1/2")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "--shard 1/2: anatomy-cka-mb32 is about the run's images together and needs them all in one process" in (
+        result.stderr
+    )

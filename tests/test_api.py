@@ -59,11 +59,25 @@ def test_api_equals_the_commands_json_and_csv(model, cli, workdir, newfoundland,
     files = result_files(workdir / "outputs", result.name)
     assert without_command_line(result.to_dict()) == without_command_line(json.loads(files["json"].read_text()))
     assert result.to_dict()["provenance"]["command"].startswith(f"vitcli.{command.replace('-', '_')}(model, ")
-    pandas.testing.assert_frame_equal(result.to_frame(), pandas.read_csv(files["csv"]))
+    pandas.testing.assert_frame_equal(result.to_frame(), pandas.read_csv(files["csv"]), check_dtype=False)
     if "png" in files:
         figure = result.figure()
         assert figure.axes
         plt.close(figure)
+
+
+def test_to_frame_keeps_grid_positions_and_indices_whole(model, newfoundland):
+    """The CLS row has no grid position, yet `row` and `col` stay whole numbers (pandas' nullable integers)."""
+    frame = vitcli.attend(model, newfoundland, block=4, head=1, query=74).to_frame()
+    for column in ("row", "col", "token"):
+        assert pandas.api.types.is_integer_dtype(frame[column]), (column, frame[column].dtype)
+    cls = frame["token"] == 0
+    assert frame.loc[cls, "row"].isna().all() and frame.loc[~cls, "row"].notna().all()
+    assert sorted(zip(frame.loc[~cls, "row"], frame.loc[~cls, "col"], strict=True)) == [
+        (row, col) for row in range(14) for col in range(14)
+    ]
+    trace = vitcli.trace(model, newfoundland).to_frame()
+    assert pandas.api.types.is_integer_dtype(trace["block"]) and pandas.api.types.is_integer_dtype(trace["head"])
 
 
 def test_explore_page(model, photo):

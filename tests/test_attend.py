@@ -504,7 +504,7 @@ def test_cli_bad_input_is_one_line_and_exit_2_before_the_model_loads(cli, photo,
 def test_cli_unknown_view_is_a_usage_error(cli, photo):
     result = cli("attend", photo, "--view", "heat", *RANDOM_CPU)
     assert result.exit_code == 2
-    assert "Invalid value for '--view'" in result.stderr and "'heat' is not one of 'map'" in result.stderr
+    assert "Invalid value for '--view'" in result.stderr and "'heat' is not one of map, summary" in result.stderr
 
 
 def test_cli_refuses_a_model_whose_attention_cannot_be_captured(cli, photo, monkeypatch):

@@ -4,6 +4,8 @@ written here by hand, and the finer decompositions sum to the coarser ones."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,6 +196,26 @@ def test_attribute_writes_the_reconstruction_terms_and_figure(cli, photo, workdi
     assert np.array(body["head_terms"]).shape == (12, 3)
     header = files["csv"].read_text().splitlines()[0]
     assert header.endswith("component,name,block,head,token,token_name,target_class,contrast_class,term")
+
+
+@pytest.mark.parametrize("columns", [60, 100, 160])
+def test_the_table_keeps_title_words_whole_and_its_caption_short(cli, newfoundland, workdir, monkeypatch, columns):
+    """The table is narrow (three number columns); its title and its long caption are not."""
+    image = Path("photographs-of-the-lecture") / newfoundland.name  # wider than the table's columns
+    (workdir / image.parent).mkdir()
+    shutil.copy(newfoundland, workdir / image)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = cli("attribute", image, *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    bottom = next(index for index, line in enumerate(lines) if line.startswith("└"))
+    title_words = {str(image), "attribution", "logit"}
+    assert title_words <= {word for line in lines[:bottom] for word in line.split()}, result.stdout
+    caption = [line for line in lines[bottom + 1 :] if line.strip()]
+    words = " ".join(caption).split()
+    assert "scale" in words and "(LayerNorm" in words and "nothing" in words  # every word, whole
+    assert len(caption) <= {60: 12, 100: 7, 160: 4}[columns], result.stdout
 
 
 def test_attribute_by_token_names_sources_and_maps_them(cli, photo, workdir):

@@ -459,6 +459,14 @@ CASES: list[BadInput] = [
         1,
         lambda tmp: refusal(read_mask(png_header_only(tmp / "bomb.png", 100_000, 100_000))),
     ),
+    BadInput(
+        "a labels file with a U+2028 line separator inside a name",
+        ("labels file", "line 1 holds a line break or control character (U+2028)"),
+        1,
+        lambda tmp: refusal(
+            load_checkpoint_spec(two_class_checkpoint(tmp), labels_file(tmp, "l.txt", "cat\u2028dog\ntea\n".encode()))
+        ),
+    ),
 ]
 
 # No "KeyError", "EOFError", "UnpicklingError"...: people cannot act on a class name.

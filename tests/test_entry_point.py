@@ -137,6 +137,41 @@ def test_asking_for_a_missing_gpu_is_an_error(cli, photo):
     assert result.exit_code == 1 and "no CUDA GPU is available" in result.stderr
 
 
+MISSPELT_CHOICES = [
+    (
+        ("attend", "--view", "maps"),
+        "'--view': 'maps' is not one of map, summary, rollout, all-blocks (did you mean map?)",
+    ),
+    (("explain", "--method", "gradcm"), "'gradcm' is not one of relevance, grad-rollout, gradcam,"),
+    (
+        ("occlude-quadrants", "--fill", "grey"),
+        "'grey' is not one of gray, black, white, mean, blur (did you mean gray?)",
+    ),
+    (("predict", "--weights", "rand"), "'rand' is not one of pretrained, random (did you mean random?)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    MISSPELT_CHOICES,
+    ids=lambda value: " ".join(value[:2]) if isinstance(value, tuple) else "",
+)
+def test_a_misspelt_choice_names_the_choices_and_the_closest_one(cli, photo, no_model_load, arguments, message):
+    command, *options = arguments
+    result = cli(command, photo, *RANDOM_CPU, *options)  # the last --weights counts
+    # CliRunner shows Typer's boxed error; the words inside the box are the one line `vitcli` prints.
+    words = " ".join(re.sub(r"[│╭╮╰╯─]|Error", " ", result.stderr).split())
+    assert result.exit_code == 2 and message in words, result.stderr
+    assert "Value error" not in words and "'map'," not in words
+
+
+def test_a_misspelt_choice_is_one_line_from_the_installed_command(tmp_path):
+    usage = run_vitcli("explain", "photo.jpg", "--method", "gradcm", cwd=tmp_path)
+    assert usage.returncode == 2 and usage.stderr.count("\n") == 1, usage.stderr
+    assert usage.stderr.startswith("error: Invalid value for '--method' / '-M': 'gradcm' is not one of relevance, ")
+    assert "(did you mean gradcam?)" in usage.stderr and "Value error" not in usage.stderr
+
+
 # ----- the installed entry point, as a real subprocess
 
 

@@ -165,3 +165,20 @@ def test_explain_maps_on_the_page_are_explains_own(cli, photo, workdir):
     for shown, expected in zip(header["maps"], maps, strict=True):
         assert shown["values"] == [value for line in expected["values"] for value in line]
         assert shown["unit"] == expected["unit"]
+
+
+def test_the_page_script_has_no_html_sink_and_its_json_cannot_close_its_script():
+    """A cheap guard beside tests/test_hostile_pages.py (which runs hostile labels in Chromium): the page's script
+    builds elements with createElement and puts every text in with textContent, never through a sink that parses
+    markup; the JSON header carries any text without ending its <script> element. Failed before the fix: the caption
+    was set with innerHTML."""
+    from vitcli.presentation.explore import _script_json
+    from vitcli.presentation.explore_page import SCRIPT
+
+    sinks = (
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|srcdoc|\beval\(|new Function|createContextualFragment"
+    )
+    assert re.findall(sinks, SCRIPT) == []
+    hostile = {"image": "</script><script>window.__pwned=1</script><!-- \u2028\u2029 & '\"", "prefix": ["<b>"]}
+    encoded = _script_json(hostile)
+    assert not set(encoded) & set("<>&\u2028\u2029") and json.loads(encoded) == hostile

@@ -127,28 +127,89 @@ def heat_colours(panel) -> np.ndarray:
     return np.array(pixels).reshape(-1, 4)[:, :3]
 
 
-def test_clicking_p74_draws_attends_rows_in_every_head_and_block(opened, explored):
+def colour_levels(panel, lut: np.ndarray) -> np.ndarray:
+    """Each patch's colour-map entry (0..255) on the panel's heat canvas; every pixel must be an entry."""
+    matches = (heat_colours(panel)[:, None, :] == lut[None, :, :]).all(axis=-1)
+    assert matches.any(axis=1).all(), "a patch colour is not on the colour scale"
+    return matches.argmax(axis=1)
+
+
+def inferno() -> np.ndarray:
     from vitcli.presentation.explore import colormap_hex
 
+    hexes = colormap_hex("inferno")
+    return np.array([[int(hexes[6 * i + at : 6 * i + at + 2], 16) for at in (0, 2, 4)] for i in range(256)])
+
+
+def test_clicking_p74_draws_attends_rows_in_every_head_and_block(opened, explored):
     page, errors = opened
     _, rows, _ = explored
     seconds = click_patch(page, "#main", 5, 3, 74)
     print(f"click on P74 to every panel redrawn: {seconds:.3f} s")
     choose_block(page, 4)
-    hexes = colormap_hex("inferno")
-    lut = np.array([[int(hexes[6 * i + at : 6 * i + at + 2], 16) for at in (0, 2, 4)] for i in range(256)])
+    lut = inferno()
     for head in (1, 2, 3):
         panel = head_panel(page, head)
         assert panel.get_attribute("data-block") == "4" and panel.get_attribute("data-query") == "74"
         shown = drawn_row(panel)
         assert_float16_equal(shown, rows[(4, head, 74)])
         # Colours: each patch's pixel is exactly a colour-map entry, the entry for its weight on the panel's scale.
-        top = float(panel.get_attribute("data-scale-max"))
-        colours = heat_colours(panel)
-        matches = (colours[:, None, :] == lut[None, :, :]).all(axis=-1)
-        assert matches.any(axis=1).all(), "a patch colour is not on the colour scale"
-        level = matches.argmax(axis=1) / 255 * top
-        assert np.all(np.abs(level - rows[(4, head, 74)][1:]) <= top / 510 + RELATIVE * top)
+        low, top = float(panel.get_attribute("data-scale-min")), float(panel.get_attribute("data-scale-max"))
+        level = low + colour_levels(panel, lut) / 255 * (top - low)
+        assert np.all(np.abs(level - rows[(4, head, 74)][1:]) <= (top - low) / 510 + RELATIVE * top)
+    assert errors == []
+
+
+def test_the_colours_span_the_rows_own_range_and_start_at_0_when_asked(opened, explored):
+    """The overlay's colour scale, as `vitcli attend --scale own|zero`: by default the shown patch values' own range
+    (the mean row of P74 in block 4, from attend's rows; the heads' range over all three), written on the colour bar
+    in percent, the smallest patch black and the largest the top colour; the "colours from 0" box starts it at 0,
+    where the near-uniform row (random weights: 0.449-0.552%) keeps no dark patch. Failed before the fix: the scale
+    started at 0."""
+    page, errors = opened
+    _, rows, _ = explored
+    click_patch(page, "#main", 5, 3, 74)
+    choose_block(page, 4)
+    lut = inferno()
+    main, heads = page.locator("#main .panel"), [head_panel(page, head) for head in (1, 2, 3)]
+    mean = np.mean([rows[(4, head, 74)][1:] for head in (1, 2, 3)], axis=0)
+    every_head = np.concatenate([rows[(4, head, 74)][1:] for head in (1, 2, 3)])
+
+    def scale(locator) -> tuple[float, float]:
+        return float(locator.get_attribute("data-scale-min")), float(locator.get_attribute("data-scale-max"))
+
+    def bar(which: str) -> tuple[str, str, str]:
+        return tuple(page.locator(f"#{which}-scale .{end}").inner_text() for end in ("bottom", "top", "range"))
+
+    def close(shown: float, exact: float) -> bool:
+        return abs(shown - exact) <= RELATIVE * abs(exact) + ABSOLUTE
+
+    def percent_text(text: str, exact: float) -> bool:  # four decimals of the percentage
+        return text.endswith("%") and abs(float(text[:-1]) - 100 * exact) <= 5e-5 + 100 * RELATIVE * exact
+
+    low, top = scale(main)
+    assert close(low, mean.min()) and close(top, mean.max())
+    assert page.locator("body").get_attribute("data-scale") == "own"
+    bottom, upper, words = bar("main")
+    assert percent_text(bottom, mean.min()) and percent_text(upper, mean.max())
+    assert words == f"colours span this map's own range, {bottom} to {upper}"
+    levels = colour_levels(main, lut)
+    assert levels[np.argmin(mean)] == 0 and levels[np.argmax(mean)] == 255
+    for panel in heads:
+        assert close(scale(panel)[0], every_head.min()) and close(scale(panel)[1], every_head.max())
+    bottom, upper, words = bar("heads")
+    assert percent_text(bottom, every_head.min()) and words.startswith("colours span the heads' own range, ")
+    assert min(colour_levels(panel, lut).min() for panel in heads) == 0
+    page.check("#from-zero")
+    assert page.locator("body").get_attribute("data-scale") == "zero"
+    assert scale(main) == (0.0, top)
+    bottom, upper, words = bar("main")
+    assert bottom == "0" and words == f"colours from 0 to this map's largest patch value, {upper}"
+    assert colour_levels(main, lut).min() >= np.floor(255 * mean.min() / mean.max()) - 1
+    assert mean.max() / mean.min() < 1.5  # the near-uniform row of the issue: from 0, its darkest patch is bright
+    assert scale(heads[0])[0] == 0.0 and bar("heads")[0] == "0"
+    page.uncheck("#from-zero")
+    assert close(scale(main)[0], mean.min())
     assert errors == []
 
 

@@ -132,6 +132,7 @@ def test_a_run_over_a_folder_with_a_latin1_name_does_every_image_resumes_and_rep
     assert {entry["image"] for entry in manifest["results"]} == {escaped_path(image), str(folder / "plain.jpg")}
     assert [failure["image"] for failure in manifest["failures"]] == [escaped_path(damaged)]
     assert escaped_path(image) in manifest["config"]["images"]
+    assert manifest.get("not_in_this_run", []) == []  # the escaped names are this run's own images
     # What the record names reopens the very file: its bytes have the recorded hash.
     (entry,) = [entry for entry in manifest["results"] if "caf" in entry["image"]]
     from vitcli.hashing import file_sha256

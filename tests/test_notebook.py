@@ -58,6 +58,7 @@ def test_tour_notebook_runs_and_equals_the_commands_json(tmp_path, monkeypatch):
     print(f"\nexamples/tour.ipynb ran in {time.perf_counter() - started:.1f} s")
     errors = [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
     assert errors == []
+    assert stderr_outputs(notebook) == []
     (stream,) = [output for output in notebook.cells[-1].outputs if output.output_type == "stream"]
     computed = json.loads(stream.text)
     assert set(computed) == set(SAME_AS)
@@ -73,3 +74,23 @@ def test_tour_notebook_runs_and_equals_the_commands_json(tmp_path, monkeypatch):
         assert result.exit_code == 0, (name, result.stderr)
         files = result_files(out, computed[name]["experiment"]["name"])
         assert comparable(computed[name]) == comparable(json.loads(files["json"].read_text())), name
+
+
+def stderr_outputs(notebook) -> list[str]:
+    """What the cells wrote on stderr (warnings, progress bars): a reader's copy of the outputs should have none."""
+    return [out.text for cell in notebook.cells for out in cell.get("outputs", []) if out.get("name") == "stderr"]
+
+
+@pytest.mark.slow
+def test_the_set_up_and_explorer_cells_write_nothing_on_stderr():
+    """The cells that import the hub client (tqdm's widget warning without ipywidgets) and show the explorer page
+    (IPython's warning for an HTML object that is an iframe). Seen to fail with both warnings."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    explorer = next(index for index, cell in enumerate(notebook.cells) if "explorer_fragment" in cell.source)
+    notebook.cells = [notebook.cells[1], notebook.cells[explorer]]
+    nbclient.NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    assert stderr_outputs(notebook) == []
+    (shown,) = [out for out in notebook.cells[1].outputs if "text/html" in out.get("data", {})]
+    assert shown.data["text/html"].startswith('<iframe class="explorer"')

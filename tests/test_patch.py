@@ -8,6 +8,7 @@ bias drawn non-zero, so that a site that forgot ls1/ls2 or a bias would show.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from contextlib import ExitStack
 
@@ -311,6 +312,19 @@ def test_patch_command_on_the_default_model(cli, workdir, vit, newfoundland, per
     assert np.array(attention["activation"]).shape == (12,)
     assert attention["pearson"] == pytest.approx(pearsonr(attention["activation"], attention["attribution"]).statistic)
     assert len(files["csv"].read_text().strip().splitlines()) == 1 + 12
+
+
+def test_patch_without_a_terminal_says_its_progress_in_a_line_per_tenth(cli, workdir, vit, newfoundland, persian):
+    """stderr is not a terminal under CliRunner (a log file, a pipe, a batch job): no bar, plain lines instead."""
+    result = cli("patch", newfoundland, persian, *RANDOM_CPU, "--sites", "heads", "--no-figures", "--batch-size", "4")
+    assert result.exit_code == 0, result.stderr
+    progress = re.findall(r"^patching heads: (\d+)% \((\d+) of 36\)$", result.stderr, re.MULTILINE)
+    percents = [int(percent) for percent, _ in progress]
+    assert percents == list(range(10, 101, 10)) or (percents[-1] == 100 and len(percents) >= 5), result.stderr
+    assert all(int(percent) * 36 <= 100 * int(done) for percent, done in progress)  # never more than is done
+    assert len(progress) == len(set(percents)) <= 10
+    quiet = cli("patch", newfoundland, persian, *RANDOM_CPU, "--sites", "heads", "--no-figures", "-q")
+    assert quiet.exit_code == 0 and "patching" not in quiet.stderr
 
 
 def test_presentation_shows_what_the_result_holds(small, pair_images):

@@ -202,9 +202,10 @@ def test_a_result_is_done_wherever_it_was_recorded_in_the_run_folder(cli, workdi
     assert sorted(pairs(manifest(workdir / "b" / "pair"))) == sorted(pairs(manifest(workdir / "a" / "pair")))
 
 
-def test_every_invocation_is_recorded_and_the_config_covers_all_images(cli, workdir):
-    """Item 7: a re-run with other images keeps the first run's results; `runs` lists both invocations and `config`
-    and `provenance` are the latest's, its images every run's."""
+def test_every_invocation_is_recorded_and_merge_covers_all_images(cli, workdir):
+    """Item 7 (issue 19): a re-run with other images keeps the first run's results; `runs` lists both invocations and
+    `config` and `provenance` are the latest's. Issue 27 item 6: the re-run's views are of its own images, the first
+    run's listed as not in this run; `vitcli merge` of the folder covers both."""
     first, second = pictures(workdir / "pics", 2)
     config = write_config(workdir, [first])
     assert cli("run", config).exit_code == 0
@@ -213,7 +214,11 @@ def test_every_invocation_is_recorded_and_the_config_covers_all_images(cli, work
     assert [run["images"] for run in document["runs"]] == [1, 1]
     assert document["runs"][0]["record"] != document["runs"][1]["record"]
     assert document["config"]["model"]["batch-size"] == 3
-    assert document["config"]["images"] == sorted([str(first), str(second)])
+    assert document["config"]["images"] == [str(second)] and document["not_in_this_run"] == [str(first)]
+    assert {image for image, _ in pairs(document)} == {"im1.png"}
+    assert cli("merge", workdir / "outputs" / "pair").exit_code == 0
+    document = manifest(workdir / "outputs" / "pair")
+    assert document["config"]["images"] == sorted([str(first), str(second)]) and document["not_in_this_run"] == []
     assert {image for image, _ in pairs(document)} == {"im0.png", "im1.png"}
 
 
@@ -425,8 +430,9 @@ def test_nothing_is_written_through_a_symbolic_link_planted_in_the_output_folder
 
 @pytest.mark.slow
 def test_two_concurrent_runs_with_different_images_both_survive(tmp_path):
-    """Issue 19: two runs of one config into one folder at once, each with its own images: every image ends in the
-    final manifest.json and summary.csv (the last process to build the views reads both records)."""
+    """Issue 19: two runs of one config into one folder at once, each with its own images: both records survive,
+    the views of the last to finish list its own images and the other's as not in this run (issue 27 item 6), and
+    `vitcli merge` of the folder lists every image in manifest.json and summary.csv."""
     images = pictures(tmp_path / "pics", 8)
     config = write_config(tmp_path, images)
     command = [VITCLI, "run", str(config), "--batch-size", "1", "-q"]
@@ -437,6 +443,11 @@ def test_two_concurrent_runs_with_different_images_both_survive(tmp_path):
     for run in runs:
         assert run.wait(timeout=600) == 0, run.stderr.read()
     root = tmp_path / "outputs" / "pair"
+    views = manifest(root)
+    assert {Path(image) for image in views["config"]["images"] + views["not_in_this_run"]} == set(images)
+    assert len(views["config"]["images"]) == 4
+    merged = subprocess.run([VITCLI, "merge", str(root)], cwd=tmp_path, capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stderr
     assert {Path(entry["image"]) for entry in manifest(root)["results"]} == set(images)
     assert set(pandas.read_csv(root / "summary.csv")["image"]) == {str(image) for image in images}
     assert len(record_files(root)) == 2

@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -182,6 +183,37 @@ def test_a_hostile_file_name_is_escaped_everywhere(run_folder, report_of):
     assert "&lt;script&gt;&amp;&quot;x.jpg" in text
     # Escaped, it reads back as the plain name: a heading, not markup.
     assert HOSTILE in image_sections(Page(text))
+
+
+def test_the_index_script_has_no_html_sink_and_its_table_json_cannot_close_its_script():
+    """The index's table script puts every cell in with textContent; a data table's JSON carries any text (a file
+    name ending its script, opening a comment, U+2028) inside its <script> element, read back intact by a parser."""
+    from vitcli.report.markup import SCRIPT, data_table
+
+    assert re.findall(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|srcdoc|\beval\(", SCRIPT) == []
+    name = "</script><script>window.__pwned=1</script><!-- \u2028\u2029 & \"'"
+
+    class Scripts(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.scripts: list[str] = []
+            self.tags: list[str] = []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            if tag == "script":
+                self.scripts.append("")
+
+        def handle_data(self, data):
+            if self.tags and self.tags[-1] == "script":
+                self.scripts[-1] += data
+
+    parsed = Scripts()
+    parsed.feed(data_table("summary-data", ["image", name], [[name, 1.5]], [f"{name}.html"]))
+    assert parsed.tags == ["div", "script"] and len(parsed.scripts) == 1
+    assert not set(parsed.scripts[0]) & set("<>&\u2028\u2029")
+    data = json.loads(parsed.scripts[0])
+    assert data["columns"][1] == data["rows"][0][0] == name and data["links"] == [f"{name}.html"]
 
 
 @pytest.mark.slow

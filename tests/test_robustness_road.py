@@ -175,3 +175,20 @@ def test_progress_total_equals_the_steps_reported(tiny2, photo):
     steps = Counted()
     job.compute(ImageWork(tiny2, tiny2.prepare(photo), steps))
     assert steps.total == steps.done > 0
+
+
+@pytest.mark.parametrize(
+    ("normalized", "says"),
+    [
+        ([0.04, 0.04, 0.04], "(+-0.04 after normalization)"),
+        ([0.0873, 0.0893, 0.0889], "(+-0.0873 R, 0.0893 G, 0.0889 B"),
+    ],
+)
+def test_the_robustness_title_says_the_normalized_radius_once_when_the_channels_agree(normalized, says):
+    from vitcli.experiments.robustness import MethodSensitivity, Robustness
+    from vitcli.presentation.explain_audit import robustness_table
+
+    audit = Robustness(0.02, normalized, 8, 0, [MethodSensitivity("gradient", np.array([0.5, 0.25]))])
+    title = robustness_table(audit).title
+    assert says in title and "8 perturbations uniform in +-0.02 of the pixel range" in title
+    assert title.count("0.04") == (1 if normalized[0] == 0.04 else 0)

@@ -149,6 +149,36 @@ def test_shards_partition_the_images_and_merge_into_the_unsharded_summary(cli, p
     pandas.testing.assert_frame_equal(whole, combined)
 
 
+@pytest.mark.parametrize("columns", [60, 100, 160])
+def test_the_closing_table_shows_each_images_file_name_at_any_width(cli, photo, workdir, monkeypatch, columns):
+    """Eight images (one row each) deep in one folder, two in a subfolder: each row shows what tells it apart."""
+    folder = workdir / "data" / "experiments" / "2024-lab-session" / "photographs" / "batch-one"
+    names = [f"img2{index:02d}_capture.jpg" for index in range(8)]
+    for index, name in enumerate(names):
+        (folder / ("second" if index >= 6 else "") / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(photo, folder / ("second" if index >= 6 else "") / name)
+    images = sorted(folder.rglob("*.jpg"))
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = cli("run", write_config(workdir, images, CONFIG.split("[[experiments]]")[0] + PREDICT_ONLY))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    rows = [line for line in lines if line.startswith("│")]
+    image_column = "".join(row.split("│")[1].strip() for row in rows)
+    for name in names:  # whole, folded onto more lines only on a narrow console
+        assert image_column.count(name) == 1, result.stdout
+        assert columns < 100 or sum(name in row for row in rows) == 1, result.stdout
+    assert image_column.count("second") == 2
+    assert str(folder) in "".join(result.stdout.split())  # the title names the common folder (folded if need be)
+
+
+PREDICT_ONLY = """
+[[experiments]]
+command = "predict"
+top-k = 3
+"""
+
+
 def test_merge_refuses_runs_of_different_configs(cli, photo, workdir):
     assert cli("run", write_config(workdir, [photo]), "-o", "a").exit_code == 0
     other = CONFIG.replace("top-k = 3", "top-k = 4")
@@ -196,6 +226,12 @@ BAD_CONFIGS = [
         "shared option in an experiment",
         "[[experiments]]\ncommand = 'predict'\ndevice = 'cpu'\n",
         "experiments[0].device: model and output options belong in [model]",
+    ),
+    (
+        "misspelt choice",
+        "[[experiments]]\ncommand = 'attend'\nview = 'maps'\n",
+        "experiments[0].view: Invalid value for '--view': 'maps' is not one of map, summary, rollout, all-blocks "
+        "(did you mean map?)",
     ),
     ("no experiments", "name = 'x'\n", "experiments: the config declares no [[experiments]]"),
     ("not TOML", "name = \n", "is not valid TOML"),

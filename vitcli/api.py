@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from vitcli.loading import Architecture
     from vitcli.model import VitModel
 
+# CSV columns of grid positions and indices: read back as floats when a row leaves them empty (the CLS token's row).
+WHOLE_NUMBER_COLUMNS = {"row", "col", "token", "patch", "block", "head", "layer", "rank", "class", "contrast_class"}
+
 __all__ = [
     "Result",
     "ablate",
@@ -110,10 +113,16 @@ class Result:
         return json.loads(self.files["json"])
 
     def to_frame(self) -> pandas.DataFrame:
-        """The command's CSV rows as a pandas DataFrame (image and model columns first)."""
+        """The command's CSV rows as a pandas DataFrame (image and model columns first). Grid positions and indices
+        stay whole numbers where some rows have none (the CLS token's `row`): pandas' nullable Int64."""
         import pandas
 
-        return pandas.read_csv(io.StringIO(self.files["csv"]))
+        frame = pandas.read_csv(io.StringIO(self.files["csv"]))
+        for column in WHOLE_NUMBER_COLUMNS.intersection(frame.columns):
+            values = frame[column]
+            if values.dtype.kind == "f" and values.dropna().apply(float.is_integer).all():
+                frame[column] = values.astype("Int64")
+        return frame
 
     def figure(self) -> Figure:
         """The command's figure as a matplotlib Figure (close it with matplotlib.pyplot.close when done)."""
@@ -123,8 +132,11 @@ class Result:
 
     @property
     def table(self) -> Any:
-        """The rich table `--format table` prints (rich.print(result.table) shows it)."""
-        return self.presentation.table
+        """The rich table `--format table` prints, laid out for the width it is printed at (rich.print(result.table)
+        shows it)."""
+        from vitcli.render import fitted
+
+        return fitted(self.presentation.table)
 
     def text(self, suffix: str) -> str:
         """A text file of the result by its suffix: "json", "csv", or an extra one ("html" for explore)."""

@@ -109,9 +109,9 @@ class CommandContext:
 
     # ----- images and running
 
-    def images(self, arguments: Sequence[str] | None, report: Report | None = None) -> list[Path]:
+    def images(self, arguments: Sequence[str] | None, report: Report | None = None, shard: bool = True) -> list[Path]:
         """The images of a run: arguments expanded (an unusable argument is a failure of the report, not the end),
-        or the sample photo when there are none; then this process's --shard."""
+        or the sample photo when there are none; then this process's --shard (unless `shard` is False)."""
         from vitcli.filenames import escaped_path
         from vitcli.images import resolve_images, sample_photo
 
@@ -133,7 +133,7 @@ class CommandContext:
                 self.messages.error(str(error))
                 self.emitter.failure(escaped_path(argument), str(error))
         paths = list(dict.fromkeys(paths))
-        return self.shard.select(paths) if self.shard is not None else paths
+        return self.shard.select(paths) if self.shard is not None and shard else paths
 
     def publisher(self, provenance: dict[str, Any], store_root: Path | None = None) -> Publisher:
         from vitcli.runner import Publisher
@@ -175,7 +175,7 @@ class CommandContext:
             raise AlreadyReported("")
         if report.failures:
             raise VitcliError(report.counts())
-        if report.images > 1:
+        if report.images > 1 or report.not_in_this_run:
             self.messages.info(report.counts())
 
     def show_progress(self, images: int) -> bool:

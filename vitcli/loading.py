@@ -14,6 +14,7 @@ import json
 import pickle
 import re
 import socket
+import unicodedata
 import urllib.request
 import warnings
 from collections.abc import Mapping
@@ -211,7 +212,17 @@ def read_labels(path: Path) -> tuple[str, ...]:
         raise VitcliError(f"labels file {path} is not UTF-8 text; save it as UTF-8, one name per line") from error
     except OSError as error:
         raise VitcliError(f"cannot read labels file {path}: {(error.strerror or str(error)).lower()}") from error
-    names = [line.strip() for line in text.splitlines()]
+    # Lines end at "\n" alone: str.splitlines would also cut at U+2028, U+0085 or U+001C inside a name, and the
+    # count of names would then not be the count of lines a person sees.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    for number, line in enumerate(lines, start=1):
+        breaks = [char for char in line if unicodedata.category(char) in ("Cc", "Zl", "Zp") and char != "\t"]
+        if breaks:
+            raise VitcliError(
+                f"labels file {path}: line {number} holds a line break or control character "
+                f"(U+{ord(breaks[0]):04X}); give one name per line"
+            )
+    names = [line.strip() for line in lines]
     while names and not names[-1]:
         names.pop()
     if "" in names:

@@ -19,8 +19,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from vitcli.render import fitted
+
 FORMATS = ("table", "json", "jsonl", "csv")
 WIDE_PIPE_COLUMNS = 200  # tables sent to a file or pipe are not cut at rich's default 80 columns
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 failure`, `2 failures`: a count with its noun in the right number."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 class Messages:
@@ -63,13 +70,13 @@ class Emitter:
         elif self.format == "csv":
             self._csv(rows)
         elif self.show_tables and not self.quiet:
-            self.console().print(table)
+            self.console().print(fitted(table))
             sys.stdout.flush()
 
     def table(self, table: Any) -> None:
         """A closing table (a batch run's summary) in table format."""
         if self.format == "table" and not self.quiet:
-            self.console().print(table)
+            self.console().print(fitted(table))
 
     def failure(self, subject: str, message: str) -> None:
         """A failed image: in JSON documents too, so scripts see it, not only people reading stderr."""

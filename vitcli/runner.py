@@ -21,7 +21,7 @@ from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
 from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
-from vitcli.output import Emitter, Messages, csv_text, json_text
+from vitcli.output import Emitter, Messages, counted, csv_text, json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class Report:
     images: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (subject, result name) already complete
     failures: list[Failure] = field(default_factory=list)
+    not_in_this_run: int = 0  # a batch run: images its folder recorded that are not among its images
 
     @property
     def failed_images(self) -> int:
@@ -60,8 +61,16 @@ class Report:
 
     def counts(self) -> str:
         done = self.images - self.failed_images
-        text = f"{done} of {self.images} image{'s' if self.images != 1 else ''} done"
-        return text + (f", {self.failed_images} failed" if self.failures else "")
+        text = f"{done} of {counted(self.images, 'image')} done" + (
+            f", {self.failed_images} failed" if self.failures else ""
+        )
+        if self.not_in_this_run:
+            earlier = counted(self.not_in_this_run, "image")
+            verb = "is" if self.not_in_this_run == 1 else "are"
+            text += (
+                f"; {earlier} recorded earlier {verb} not in this run (their results stay on disk; see the manifest)"
+            )
+        return text
 
 
 class Publisher:
@@ -311,6 +320,25 @@ class ProgressSteps(Steps):
     def advance(self, count: int = 1) -> None:
         if self.progress is not None and self.task is not None:
             self.progress.advance(self.task, count)
+
+
+class LineSteps(Steps):
+    """A job's inner steps as plain lines where stderr is no terminal (a log file, a pipe, a batch job's output),
+    which a bar would fill with redraws: one line whenever another tenth of a sub-task is done."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.description, self.total, self.done, self.tenths = "", 0, 0, 0
+
+    def start(self, total: int, description: str) -> None:
+        self.description, self.total, self.done, self.tenths = description, total, 0, 0
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        tenths = 10 * self.done // self.total if self.total else 0
+        if tenths > self.tenths:
+            self.tenths = tenths
+            self.say(f"{self.description}: {10 * tenths}% ({self.done:,} of {self.total:,})")
 
 
 @contextmanager

@@ -33,7 +33,15 @@ from vitcli.store import check_output_dir
 class _HelpWithoutPythonTypes:
     """Help shows on/off options as bare flags, Typer's own (--help, --install-completion) included, a repeatable
     option with the type of one value, and arguments that take many values (IMAGE...) without a type. Otherwise Typer
-    prints `--quiet <bool>` as if the flag took a value, and `--patch <list[str]>` or `<list[str]>` beside IMAGE."""
+    prints `--quiet <bool>` as if the flag took a value, and `--patch <list[str]>` or `<list[str]>` beside IMAGE.
+    A value the option refuses reads as plain words (reword_bad_value)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # type: ignore[misc]
+        except typer.BadParameter as error:
+            reword_bad_value(error)
+            raise
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
         params = super().get_params(ctx)  # type: ignore[misc]
@@ -49,6 +57,30 @@ class _HelpWithoutPythonTypes:
 
 def _no_type(ctx: typer.Context) -> None:
     return None
+
+
+_VALIDATOR_PREFIX = "Value error, "  # how Typer's validation (pydantic) prefixes a refusal it passes on
+_NOT_A_CHOICE = re.compile(r"^(?P<value>'.*') is not one of ")
+
+
+def reword_bad_value(error: typer.BadParameter) -> None:
+    """A refused value in plain words, in place: without the validator's "Value error, " prefix, and for a choice
+    the choices as the help lists them with the closest one: `'maps' is not one of map, summary, rollout, all-blocks
+    (did you mean map?)`."""
+    message = error.message.removeprefix(_VALIDATOR_PREFIX)
+    descriptor = getattr(error.param, "type_descriptor", None)
+    not_a_choice = _NOT_A_CHOICE.match(message)
+    if descriptor is not None and descriptor.is_choice and descriptor.choices and not_a_choice:
+        import ast
+        import difflib
+
+        value = ast.literal_eval(not_a_choice["value"])
+        choices = [str(getattr(choice, "value", choice)) for choice in descriptor.choices]
+        message = f"{value!r} is not one of {', '.join(choices)}"
+        closest = difflib.get_close_matches(str(value).lower(), choices, n=1, cutoff=0.6)
+        if closest:
+            message += f" (did you mean {closest[0]}?)"
+    error.message = message
 
 
 class _Group(_HelpWithoutPythonTypes, typer.core.TyperGroup):

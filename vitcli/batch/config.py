@@ -239,6 +239,12 @@ def _convert(parameter: Any, value: Any, where: str) -> Any:
     try:
         converted = parameter.process_value(owner, value)
     except Exception as error:  # the command line's own BadParameter, whichever click Typer bundles
+        import typer
+
+        from vitcli.shell import reword_bad_value
+
+        if isinstance(error, typer.BadParameter):
+            reword_bad_value(error)
         message = error.format_message() if hasattr(error, "format_message") else str(error)
         raise UsageError(f"{where}: {message}") from error
     return list(converted) if isinstance(converted, tuple) else converted

@@ -2,26 +2,29 @@
 forward runs once per batch of images and every experiment shares it.
 
 Results land in OUTPUT/RUN_NAME/ (the same files the single commands write). Each result is appended to this
-process's record (vitcli.batch.record) as it is published; manifest.json and summary.csv are views of every record
-in the folder, written when the run ends or is interrupted. Re-running the same config skips the (image, experiment)
+process's record (vitcli.batch.record) as it is published; manifest.json and summary.csv are views of this run's
+images in every record of the folder (images recorded there but no longer among the inputs are listed as not in this
+run), written when the run ends or is interrupted. Re-running the same config skips the (image, experiment)
 pairs that any record of the folder lists, whose image still has the recorded SHA-256 and whose files the store finds
 complete, unless `force`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.batch.config import RunConfig, located
-from vitcli.batch.manifest import Manifest, stem, summary_frame
+from vitcli.batch.manifest import Manifest, plain_cells, stem, summary_frame
 from vitcli.batch.record import Record, RecordWriter, read_record
-from vitcli.batch.views import ACROSS, VIEWS_LOCK, merge_runs, record_view, stored_document, write_views
+from vitcli.batch.views import ACROSS, VIEWS_LOCK, Scope, merge_runs, record_view, stored_document, write_views
 from vitcli.errors import UsageError
 from vitcli.filenames import escaped_path, path_from_escaped
 from vitcli.hashing import file_sha256
 from vitcli.naming import MODEL_SUBJECT, image_subject, safe_name, set_subject
+from vitcli.output import counted
 from vitcli.store import OutputStore
 
 if TYPE_CHECKING:
@@ -51,7 +54,19 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     jobs = [job for experiment in config.experiments for job in experiment.jobs]
     image_jobs = [job for job in jobs if job.scope == "image"]
     report = Report()
-    paths = context.images(arguments or config.images, report)
+    # Canonical (absolute, normalized) paths: an image spelled relative or absolute is one image of the record. Every
+    # shard's share is known, so that the views tell this run's other images from images no longer in its inputs.
+    found = context.images(arguments or config.images, report, shard=False)
+    inputs = list(dict.fromkeys(Path(os.path.abspath(path)) for path in found))
+    paths = context.shard.select(inputs) if context.shard else inputs
+    set_jobs = [job for job in jobs if job.scope == "set"]
+    if set_jobs and context.shard is not None:
+        # A result about the images together (CKA, say) from one shard's share would be another number, and shards
+        # run apart: such views need the whole set in one process.
+        raise UsageError(
+            f"--shard {context.shard.index}/{context.shard.count}: {set_jobs[0].name()} is about the run's images "
+            "together and needs them all in one process; run it without --shard (in a config of its own)"
+        )
     for experiment in config.experiments:
         for job in experiment.jobs:
             try:
@@ -82,31 +97,37 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     runner.on_failure = writer.failure
     for failure in report.failures:  # arguments that named no image, before the runner existed
         writer.failure(failure)
-    subjects = {image_subject(path) for path in paths} | {MODEL_SUBJECT, set_subject(paths)} if shard else None
+    scope = Scope(
+        writer.path,
+        [escaped_path(path) for path in paths],
+        {image_subject(path) for path in paths} | {MODEL_SUBJECT, set_subject(paths)},
+        {image_subject(path) for path in inputs},
+        {failure.subject for failure in report.failures},
+    )
     try:
         runner.run_once([job for job in jobs if job.scope == "model"], report)
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
         runner.publish_across_images(paths, report)
-        runner.run_over_set([job for job in jobs if job.scope == "set"], paths, report)
+        runner.run_over_set(set_jobs, paths, report)
     except BaseException:
         writer.close()
-        _views_after_failure(store, root, shard, subjects, warn)
+        _views_after_failure(store, root, shard, scope, warn)
         raise
     writer.close()
     with store.exclusive(VIEWS_LOCK):
-        manifest = record_view(read_record(root, warn), shard, subjects)
+        manifest = record_view(read_record(root, warn), shard, scope)
         write_views(store, manifest)
+    report.not_in_this_run = len(manifest.not_in_this_run)
     if report.skipped:
-        count = len(report.skipped)
         context.messages.info(
-            f"skipped {count} result{'' if count == 1 else 's'} already complete (use --force to redo them)"
+            f"skipped {counted(len(report.skipped), 'result')} already complete (use --force to redo them)"
         )
     table, left_out = summary_table(manifest, root)
     context.emitter.table(table)
     if left_out:
         context.messages.info(
-            f"the table leaves out {len(left_out)} columns (all in summary.csv): {', '.join(left_out)}"
+            f"the table leaves out {counted(len(left_out), 'column')} (all in summary.csv): {', '.join(left_out)}"
         )
     context.messages.info(f"wrote {root / (stem('manifest', shard) + '.json')} and {stem('summary', shard)}.csv")
     return report
@@ -164,57 +185,87 @@ def _done(record: Record, root: Path) -> Any:
 
 
 def _views_after_failure(
-    store: OutputStore, root: Path, shard: str | None, subjects: set[str] | None, warn: Callable[[str], None]
+    store: OutputStore, root: Path, shard: str | None, scope: Scope, warn: Callable[[str], None]
 ) -> None:
     """On an interrupt or a failure: the views of what was recorded, best effort (the error in flight is the one to
     report; a second signal stops this too, leaving the earlier views whole)."""
     try:
         with store.exclusive(VIEWS_LOCK):
-            write_views(store, record_view(read_record(root, warn), shard, subjects))
+            write_views(store, record_view(read_record(root, warn), shard, scope))
     except Exception:  # noqa: BLE001  (a read-only or vanished folder: the error in flight already says so)
         return
 
 
 def summary_table(manifest: Manifest, root: Path) -> tuple[Any, list[str]]:
     """summary.csv as a rich table, numbers to 4 significant digits: one column per image when there are a few
-    (the headline numbers read down), else the first columns of one row per image; and the columns left out."""
+    (the headline numbers read down), else the first columns of one row per image; and the columns left out.
+
+    Images are named by what tells them apart: the file name, then its folder below the images' common folder
+    (which the title names). Long names and headers fold onto more lines rather than lose their ends."""
     from rich.table import Table
+    from rich.text import Text
 
     from vitcli.render import weights_caption
 
-    frame = summary_frame(manifest.results, manifest.result_names).drop(columns=["image_sha256"])
+    frame = plain_cells(summary_frame(manifest.results, manifest.result_names).drop(columns=["image_sha256"]))
     caption = weights_caption(manifest.provenance["weights_label"])
-    images = f"{len(frame)} image{'' if len(frame) == 1 else 's'}"
-    table = Table(title=f"{root}: {images} (all numbers in summary.csv)", caption=caption)
+    common, labels = _image_labels([str(image) for image in frame["image"]])
+    images = counted(len(frame), "image") + (f" in {common}" if common else "")
+    table = Table(title=Text(f"{root}: {images} (all numbers in summary.csv)"), caption=caption)
     if len(frame) <= FEW_IMAGES:
-        table.add_column("")
-        for image in frame["image"]:
-            table.add_column(Path(image).name, justify="right")
+        table.add_column("", overflow="fold")
+        for label in labels:
+            table.add_column(label, justify="right", overflow="fold")
         for column in frame.columns[1:]:
-            table.add_row(str(column), *(_cell(value) for value in frame[column]))
+            table.add_row(Text(str(column)), *(_cell(value) for value in frame[column]))
         return table, []
     shown = list(frame.columns[: 1 + FEW_COLUMNS])
-    for column in shown:
-        table.add_column(str(column), justify="left" if column == "image" else "right")
-    for row in frame[shown].itertuples(index=False):
-        table.add_row(*(_cell(value) for value in row))
+    table.add_column("image", overflow="fold")
+    for column in shown[1:]:
+        table.add_column(Text(str(column)), justify="right", overflow="fold")
+    for label, row in zip(labels, frame[shown[1:]].itertuples(index=False), strict=True):
+        table.add_row(label, *(_cell(value) for value in row))
     return table, [str(column) for column in frame.columns[1 + FEW_COLUMNS :]]
 
 
-def _cell(value: Any) -> str:
+def _image_labels(images: list[str]) -> tuple[str, list[Any]]:
+    """The images' common folder and, for each image, its file name followed by its folder below that one."""
+    from rich.text import Text
+
+    folders = [os.path.dirname(image) for image in images]
+    try:
+        common = os.path.commonpath(folders) if folders else ""
+    except ValueError:  # absolute and relative paths mixed: nothing in common
+        common = ""
+    labels = []
+    for image, folder in zip(images, folders, strict=True):
+        below = os.path.relpath(folder, common) if common else folder
+        label = Text(os.path.basename(image))
+        if below not in ("", os.curdir):
+            label.append(f" in {below}", style="dim")
+        labels.append(label)
+    return common, labels
+
+
+def _cell(value: Any) -> Any:
+    """A summary value as text (a label or a class name is never markup)."""
+    from rich.text import Text
+
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "" if value is None else str(value)
+    return Text("" if value is None else str(value))
 
 
-def merge_folders(context: CommandContext, folders: list[Path], into: Path) -> tuple[Manifest, list[Path]]:
+def merge_folders(
+    context: CommandContext, folders: list[Path], into: Path, config: str | None = None
+) -> tuple[Manifest, list[Path]]:
     """`vitcli merge`: the runs' records (or manifests) as one manifest and summary in `into`, with each job's result
-    about the whole image set recomputed from every image's stored result."""
+    about the whole image set recomputed from every image's stored result; only `config`'s runs when given."""
 
     def publish_set(merged: Manifest) -> list[dict[str, Any]]:
         return _across_images(context, merged, into)
 
-    return merge_runs(folders, into, context.messages.warn, publish_set)
+    return merge_runs(folders, into, _once(context.messages.warn), publish_set, config)
 
 
 def _across_images(context: CommandContext, merged: Manifest, into: Path) -> list[dict[str, Any]]:

@@ -3,15 +3,18 @@ run's record (vitcli.batch.record), built at the end of a run, on interrupt and 
 
 manifest.json:
     {"vitcli_manifest": 1, "name", "identity" (config + model hash: runs with equal identity can be merged),
-     "config" (the latest invocation's config as run, after command-line overrides; `images` covers every
-     invocation in the view), "provenance" (the latest invocation's), "shard" ("K/N" or null),
+     "config" (the invocation's config as run, after command-line overrides: a run's own, its `images` this run's;
+     after a merge the latest invocation's, its `images` every invocation's), "provenance" (likewise),
+     "shard" ("K/N" or null),
      "runs": [{"started", "host", "pid", "shard", "command", "images"}] (every invocation, oldest first),
      "result_names": [result names in configured order],
      "results": [{"image", "image_sha256", "subject", "experiment", "command", "settings", "files",
                   "compute_seconds", "write_seconds", "summary"}],
      "failures": [{"image", "experiment", "error"}],
+     "not_in_this_run": [images recorded in the folder but not among this run's images; their results stay on disk],
      "timings": {experiment: {"results", "compute_seconds", "write_seconds"}}}
-`files` are relative to the manifest's folder. summary.csv has one row per image (sorted by image path): `image`,
+`files` are relative to the manifest's folder. summary.csv has one row per image (its canonical path and content;
+sorted by image path): `image`,
 `image_sha256`, then each experiment's headline numbers, experiments in configured order (else in natural order:
 block 6 before block 12); a command configured more than once prefixes its columns with the result name
 (`attention-b4-h1-q74.attention_cls_weight`).
@@ -27,25 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitcli.batch.schema import MANIFEST, problem
 from vitcli.errors import UsageError, VitcliError
 
 if TYPE_CHECKING:
     import pandas
 
 VERSION = 1
-RESULT_KEYS = {
-    "image": (str, type(None)),
-    "image_sha256": (str, type(None)),
-    "subject": str,
-    "experiment": str,
-    "command": str,
-    "settings": dict,
-    "files": list,
-    "compute_seconds": (int, float),
-    "write_seconds": (int, float),
-    "summary": dict,
-}
-FAILURE_KEYS = {"image": str, "experiment": (str, type(None)), "error": str}
 
 
 def stem(kind: str, shard: str | None) -> str:
@@ -54,26 +45,6 @@ def stem(kind: str, shard: str | None) -> str:
         return kind
     index, count = shard.split("/")
     return f"{kind}-shard{index}of{count}"
-
-
-def shape_problem(data: Any, keys: dict[str, Any]) -> str | None:
-    """What is wrong with one entry's shape, as `key: must be ...`, or None."""
-    if not isinstance(data, dict):
-        return "must be an object"
-    for key, kinds in keys.items():
-        if key not in data:
-            return f"{key}: missing"
-        if not isinstance(data[key], kinds) or isinstance(data[key], bool) and kinds == (int, float):
-            return f"{key}: must be {_kind_words(kinds)}, not {type(data[key]).__name__}"
-    if "files" in keys and not all(isinstance(file, str) for file in data["files"]):
-        return "files: must be a list of file paths"
-    return None
-
-
-def _kind_words(kinds: Any) -> str:
-    words = {str: "text", dict: "an object", list: "a list", int: "a number", type(None): "null"}
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    return " or ".join(dict.fromkeys(words[kind] for kind in kinds if kind is not float))
 
 
 @dataclass
@@ -87,24 +58,18 @@ class Manifest:
     failures: list[dict[str, Any]] = field(default_factory=list)
     runs: list[dict[str, Any]] = field(default_factory=list)
     result_names: list[str] = field(default_factory=list)
+    # images recorded in the folder that are not among this run's images: their results stay on disk
+    not_in_this_run: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: Any, path: Path | str = "manifest") -> Manifest:
-        """A manifest read from `path`, every key's shape checked: a wrong one is one line naming file and key."""
+        """A manifest read from `path`, checked whole (vitcli.batch.schema): a wrong shape is one line naming file
+        and key."""
         if not isinstance(data, dict) or data.get("vitcli_manifest") != VERSION:
             raise VitcliError(f"{path} is not a vitcli run manifest (version 1)")
-        expected = {"name": str, "identity": str, "config": dict, "provenance": dict, "shard": (str, type(None))}
-        for key, problem in [(None, shape_problem(data, expected))] + [
-            (key, None if isinstance(data.get(key, []), list) else "must be a list")
-            for key in ("results", "failures", "runs", "result_names")
-        ]:
-            if problem:
-                raise VitcliError(f"{path}: {key + ': ' if key else ''}{problem}")
-        for key, keys in (("results", RESULT_KEYS), ("failures", FAILURE_KEYS)):
-            for number, entry in enumerate(data.get(key, [])):
-                problem = shape_problem(entry, keys)
-                if problem:
-                    raise VitcliError(f"{path}: {key}[{number}].{problem}")
+        found = problem(data, MANIFEST)
+        if found:
+            raise VitcliError(f"{path}: {found}")
         return cls(
             data["name"],
             data["identity"],
@@ -114,7 +79,8 @@ class Manifest:
             list(data.get("results", [])),
             list(data.get("failures", [])),
             list(data.get("runs", [])),
-            [str(name) for name in data.get("result_names", [])],
+            list(data.get("result_names", [])),
+            list(data.get("not_in_this_run", [])),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +95,7 @@ class Manifest:
             "result_names": self.result_names,
             "results": self.results,
             "failures": self.failures,
+            "not_in_this_run": self.not_in_this_run,
             "timings": timings(self.results),
         }
 
@@ -163,7 +130,9 @@ def result_order(results: list[dict[str, Any]], configured: list[str] | None = N
 
 def summary_frame(results: list[dict[str, Any]], configured: list[str] | None = None) -> pandas.DataFrame:
     """One row per image, sorted by path; columns by experiment (as configured, else naturally ordered); results
-    about the model alone (no image) are left out."""
+    about the model alone (no image) are left out. A row is one image's content at one canonical path (its subject:
+    a hash of the resolved path), however the path was spelled; a column whose numbers are all integers stays integer
+    where some image lacks it (empty in the CSV, never 3.0)."""
     import pandas
 
     per_image = [entry for entry in results if entry.get("image")]
@@ -171,9 +140,10 @@ def summary_frame(results: list[dict[str, Any]], configured: list[str] | None = 
     commands = Counter(command for command, _ in repeated)
     order = result_order(per_image, configured)
     columns: dict[str, None] = {}
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[tuple[str, str | None], dict[str, Any]] = {}
     for entry in sorted(per_image, key=lambda item: order[item["experiment"]]):
-        row = rows.setdefault(entry["image"], {"image": entry["image"], "image_sha256": entry["image_sha256"]})
+        key = (entry.get("subject", entry["image"]), entry["image_sha256"])
+        row = rows.setdefault(key, {"image": entry["image"], "image_sha256": entry["image_sha256"]})
         prefix = f"{entry['experiment']}." if commands[entry["command"]] > 1 else ""
         values = {f"{prefix}{key}": value for key, value in entry["summary"].items()}
         row.update(values)
@@ -181,7 +151,17 @@ def summary_frame(results: list[dict[str, Any]], configured: list[str] | None = 
     if not rows:
         return pandas.DataFrame(columns=["image", "image_sha256"])
     frame = pandas.DataFrame(list(rows.values()), columns=["image", "image_sha256", *columns])
-    return frame.sort_values("image", kind="stable").reset_index(drop=True)
+    for column in columns:
+        values = [row[column] for row in rows.values() if row.get(column) is not None]
+        if values and all(isinstance(value, int) and not isinstance(value, bool) for value in values):
+            frame[column] = pandas.array([row.get(column) for row in rows.values()], dtype="Int64")
+    return frame.sort_values(["image", "image_sha256"], kind="stable").reset_index(drop=True)
+
+
+def plain_cells(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """summary_frame's cells as Python values for a page or a terminal table: a missing cell None (never pandas'
+    `<NA>` of an integer column, nor NaN), integers Python ints."""
+    return frame.astype(object).where(frame.notna(), None)
 
 
 def read_manifest(path: Path) -> Manifest:
@@ -192,10 +172,11 @@ def read_manifest(path: Path) -> Manifest:
     return Manifest.from_json(data, path)
 
 
-def read_manifests(folder: Path) -> list[tuple[Path, Manifest]]:
-    """Every manifest (whole runs and shards) in a run folder."""
+def read_manifests(folder: Path, required: bool = True) -> list[tuple[Path, Manifest]]:
+    """Every manifest (whole runs and shards) in a run folder, each checked whole; none is a usage error when
+    `required`."""
     found = sorted(folder.glob("manifest*.json"))
-    if not found:
+    if not found and required:
         raise UsageError(f"{folder} holds no manifest*.json: give the folder of a `vitcli run` (OUTPUT/RUN_NAME)")
     return [(path, read_manifest(path)) for path in found]
 
@@ -225,6 +206,9 @@ def merge(manifests: list[tuple[Path, Manifest]], into: Path) -> Manifest:
         if (failure["image"], failure["experiment"]) not in done
         and (failure["experiment"] is not None or failure["image"] not in images_done)
     ]
+    merged.not_in_this_run = sorted(
+        {image for _, manifest in manifests for image in manifest.not_in_this_run} - images_done
+    )
     order = result_order(list(results.values()), merged.result_names)
     merged.results = sorted(results.values(), key=lambda entry: (entry["image"] or "", order[entry["experiment"]]))
     return merged

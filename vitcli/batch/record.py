@@ -12,8 +12,10 @@ synced before the next result starts, so a result costs one short append however
     {"kind": "failure", "at", "image", "experiment", "error"}
 
 A kill can leave the last line torn (no newline): readers ignore it and its result is redone. A line that is not
-valid JSON or has the wrong shape is reported on stderr and ignored (what it recorded is redone). Reading streams
-every file into dicts keyed by (subject, experiment): the latest line (`at`, seconds since the epoch) wins.
+valid JSON or has the wrong shape, nested keys included (vitcli.batch.schema), is reported on stderr and ignored
+(what it recorded is redone); a file whose `run` line is unusable is ignored whole, since its results are of an
+unknown config. Reading streams every file into dicts keyed by (subject, experiment): the latest line (`at`, seconds
+since the epoch) wins.
 """
 
 from __future__ import annotations
@@ -28,15 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitcli.batch.manifest import FAILURE_KEYS, RESULT_KEYS, shape_problem
+from vitcli.batch.schema import FAILURE, RESULT, RUN, problem
 from vitcli.store import HOST, OutputStore
 
 if TYPE_CHECKING:
     from vitcli.runner import Failure, Published
 
 RECORDS = "records"
-RUN_KEYS = {"name": str, "identity": str, "shard": (str, type(None)), "config": dict, "provenance": dict}
-SHAPES = {"run": RUN_KEYS, "result": RESULT_KEYS, "failure": FAILURE_KEYS}
+SHAPES = {"run": RUN, "result": RESULT, "failure": FAILURE}
 
 
 class RecordWriter:
@@ -96,7 +97,7 @@ def record_files(root: Path) -> list[Path]:
 
 
 def read_record(root: Path, warn: Callable[[str], None], skip_files: Iterable[Path] = ()) -> Record:
-    """Every record file of a run folder, streamed line by line into one Record."""
+    """Every record file of a run folder (but `skip_files`), streamed line by line into one Record."""
     record = Record()
     skipped = set(skip_files)
     for path in record_files(root):
@@ -119,23 +120,29 @@ def _read_file(path: Path, record: Record, warn: Callable[[str], None]) -> None:
             try:
                 data = json.loads(line)
             except ValueError:
-                warn(f"{path} line {number} is not valid JSON; what it recorded will be redone")
-                continue
-            problem = _problem(data)
-            if problem:
-                warn(f"{path} line {number}: {problem}; what it recorded will be redone")
+                data, found = None, "is not valid JSON"
+            else:
+                found = _problem(data, number)
+            if found:
+                redone = "every result of this file" if number == 1 else "what it recorded"
+                warn(f"{path} line {number}{' ' if found.startswith('is ') else ': '}{found}; {redone} will be redone")
+                if number == 1:
+                    return  # no usable `run` line: the file's results are of an unknown config
                 continue
             _add(record, data, path)
 
 
-def _problem(data: Any) -> str | None:
+def _problem(data: Any, number: int) -> str | None:
+    """What is wrong with the line: its kind (a file's first line, and only it, is its `run` line), its time, then
+    its whole shape."""
     if not isinstance(data, dict):
         return "must be an object"
-    if data.get("kind") not in SHAPES:
-        return f"kind: must be one of {', '.join(SHAPES)}"
-    if not isinstance(data.get("at"), (int, float)):
+    kinds = ["run"] if number == 1 else ["result", "failure"]
+    if data.get("kind") not in kinds:
+        return f"kind: must be {' or '.join(kinds)}"
+    if not isinstance(data.get("at"), (int, float)) or isinstance(data["at"], bool):
         return "at: must be a number (seconds since the epoch)"
-    return shape_problem(data, SHAPES[data["kind"]])
+    return problem(data, SHAPES[data["kind"]])
 
 
 def _add(record: Record, data: dict[str, Any], path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +19,49 @@ ACROSS = "-across-images"
 VIEWS_LOCK = ".views.lock"  # processes sharing a run folder build its views one at a time
 
 
-def record_view(record: Record, shard: str | None, subjects: set[str] | None = None) -> Manifest:
-    """The manifest of a record: every result, or those about `subjects` (a shard's images, the model, its set), and
-    the failures no later result made obsolete. `config` and `provenance` are the latest invocation's."""
+@dataclass
+class Scope:
+    """What one invocation's views cover: its images (its shard's share), and what else it knows of its inputs."""
+
+    record_file: Path  # this process's record: its `run` line gives the views' config and provenance
+    images: list[str]  # this invocation's images, canonical paths
+    subjects: set[str]  # their subjects, the model's and their set's: the results shown
+    input_subjects: set[str]  # the subjects of every image of the inputs, every shard's share
+    failed_arguments: set[str] = field(default_factory=set)  # arguments that named no image: their failures shown
+
+
+def record_view(record: Record, shard: str | None, scope: Scope | None = None) -> Manifest:
+    """The manifest of a record: every result and failure it holds (`vitcli merge`), or those of one invocation's
+    images (`scope`, a run's views); without a scope `config` and `provenance` are the latest invocation's.
+    Failures that a later result made obsolete are left out. Images recorded but not among the inputs of the
+    invocation are listed in `not_in_this_run`."""
     runs = [run for run in record.runs if shard is None or run["shard"] == shard] or record.runs
-    latest = runs[-1]
-    results = [_entry(line) for key, line in record.results.items() if subjects is None or key[0] in subjects]
+    own = [run for run in runs if scope is not None and run["file"] == scope.record_file]
+    latest = (own or runs)[-1]
+    results = [_entry(line) for key, line in record.results.items() if scope is None or key[0] in scope.subjects]
     done_at: dict[tuple[str | None, str | None], float] = {}
     for key, line in record.results.items():
-        if subjects is None or key[0] in subjects:
+        if scope is None or key[0] in scope.subjects:
             for done in ((line["image"], line["experiment"]), (line["image"], None)):
                 done_at[done] = max(done_at.get(done, 0.0), line["at"])
-    shard_images = None if subjects is None else {image for run in runs for image in run["config"].get("images", [])}
+    shown = None if scope is None else {*scope.images, *scope.failed_arguments, *scope.subjects}
     failures = [
         {key: line[key] for key in ("image", "experiment", "error")}
         for key, line in record.failures.items()
-        if done_at.get(key, -1.0) < line["at"] and (shard_images is None or line["image"] in shard_images)
+        if done_at.get(key, -1.0) < line["at"] and (shown is None or line["image"] in shown)
     ]
     manifest = Manifest(latest["name"], latest["identity"], dict(latest["config"]), latest["provenance"], shard)
-    manifest.config["images"] = sorted({image for run in runs for image in run["config"].get("images", [])})
+    if scope is None:
+        manifest.config["images"] = sorted({image for run in runs for image in run["config"].get("images", [])})
+    else:
+        manifest.config["images"] = sorted(scope.images)
+        manifest.not_in_this_run = sorted(
+            {
+                line["image"]
+                for key, line in record.results.items()
+                if line["image"] and key[0] not in scope.input_subjects
+            }
+        )
     manifest.runs = [_run_summary(run) for run in runs]
     manifest.result_names = list(latest.get("result_names", []))
     manifest.failures = failures
@@ -122,24 +147,83 @@ def combined_config(configs: list[dict[str, Any]], into: Path) -> dict[str, Any]
 
 
 def merge_runs(
-    folders: list[Path], into: Path, warn: Callable[[str], None], publish_set: Callable[..., Any]
+    folders: list[Path],
+    into: Path,
+    warn: Callable[[str], None],
+    publish_set: Callable[..., Any],
+    config: str | None = None,
 ) -> tuple[Manifest, list[Path]]:
     """One manifest of several run folders (their records, or the manifests of folders without one), the results
-    about the whole image set recomputed, written as the views of `into`."""
+    about the whole image set recomputed, written as the views of `into`. Records of several configs in one folder
+    are refused unless `config` (a config's recorded path or its identity) says which to merge."""
+    records, listed = {}, {}
+    for folder in folders:
+        listed[folder] = read_manifests(folder, required=not record_files(folder))  # damaged ones refused either way
+        record = read_record(folder, warn) if record_files(folder) else Record()
+        if record.runs:
+            records[folder] = record
+        elif not listed[folder]:
+            read_manifests(folder)  # no usable record, no manifest: the usage error naming the folder
+    chosen = _chosen_identity(records, listed, config)
     manifests = []
     for folder in folders:
-        if record_files(folder):
-            record = read_record(folder, warn)
-            if record.runs:
-                manifests.append((folder / "manifest.json", record_view(record, None)))
-                continue
-        manifests.extend(read_manifests(folder))
+        if folder in records:
+            record = records[folder]
+            if chosen is not None and record.identities() != {chosen}:
+                others = [run["file"] for run in record.runs if run["identity"] != chosen]
+                record = read_record(folder, lambda _text: None, skip_files=others)  # warned at the first read
+            manifests.append((folder / "manifest.json", record_view(record, None)))
+        else:
+            manifests += [(path, manifest) for path, manifest in listed[folder] if chosen in (None, manifest.identity)]
     merged = merge(manifests, into)
     merged.results = [entry for entry in merged.results if not entry["experiment"].endswith(ACROSS)]
     merged.results += publish_set(merged)
     store = OutputStore(into)
     with store.exclusive(VIEWS_LOCK):
         return merged, write_views(store, merged)
+
+
+def _chosen_identity(
+    records: dict[Path, Record], listed: dict[Path, list[tuple[Path, Manifest]]], config: str | None
+) -> str | None:
+    """The identity `config` names (None: merge everything, refused when one folder's records hold several)."""
+    configs: dict[Path, dict[str, str]] = {}  # folder -> identity -> the config's recorded path
+    for folder, record in records.items():
+        configs[folder] = {run["identity"]: run["config"].get("path", run["name"]) for run in record.runs}
+    for folder, manifests in listed.items():
+        if folder not in records:
+            configs[folder] = {
+                manifest.identity: manifest.config.get("path", manifest.name) for _, manifest in manifests
+            }
+    if config is None:
+        for folder, found in configs.items():
+            if folder in records and len(found) > 1:
+                raise UsageError(
+                    f"{folder} holds records of {len(found)} configs: {_described(found)}; "
+                    "merge one of them with --config PATH or --config IDENTITY"
+                )
+        return None
+    every = {identity: path for found in configs.values() for identity, path in found.items()}
+    matches = {identity for identity, path in every.items() if _names(config, identity, path)}
+    if len(matches) != 1:
+        what = "no run of the folders ran it" if not matches else f"it matches {len(matches)} configs"
+        raise UsageError(f"--config {config}: {what}; recorded: {_described(every)}")
+    (chosen,) = matches
+    for folder, found in configs.items():
+        if chosen not in found:
+            raise UsageError(f"{folder} holds no run of --config {config}: recorded there: {_described(found)}")
+    return chosen
+
+
+def _names(config: str, identity: str, path: Any) -> bool:
+    """Whether --config names this config: a prefix of 6 or more hex digits of its identity, or its file."""
+    if len(config) >= 6 and identity.startswith(config.lower()):
+        return True
+    return isinstance(path, str) and (config == path or Path(config).resolve() == Path(path).resolve())
+
+
+def _described(configs: dict[str, Any]) -> str:
+    return " and ".join(f"{path} (identity {identity[:12]})" for identity, path in configs.items())
 
 
 def stored_document(into: Path, entry: dict[str, Any]) -> dict[str, Any] | None:

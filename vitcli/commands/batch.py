@@ -75,10 +75,22 @@ def merge_command(
         Path | None,
         typer.Option("--into", help="Where the merged manifest.json and summary.csv go (default: the first RUN_DIR)."),
     ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            metavar="PATH|IDENTITY",
+            help="Merge only the runs of this config: its file's path as the runs recorded it, or its identity "
+            "(6 or more leading hex digits, as manifest.json and the refusal show). Needed where a RUN_DIR holds "
+            "records of several configs.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Combine the manifests and summaries of shards (or of any runs of one config) into one."""
     from vitcli.batch.execute import merge_folders
     from vitcli.errors import UsageError
+    from vitcli.output import counted
 
     collector.settle()
     for folder in runs:
@@ -87,10 +99,14 @@ def merge_command(
     if into is not None and (into.exists() and not into.is_dir() or not str(into).strip()):
         raise UsageError(f"--into {into} is {'empty' if not str(into).strip() else 'a file'}: give a folder")
     context.emitter.show_tables = False
-    merged, written = merge_folders(context, runs, into or runs[0])
+    if config is not None and not config.strip():
+        raise UsageError("--config is empty: give a config file's path or an identity")
+    merged, written = merge_folders(context, runs, into or runs[0], config)
     images = len({entry["image"] for entry in merged.results if entry["image"]})
     context.messages.info(
-        f"merged {len(merged.results)} results of {images} images; wrote " + ", ".join(map(str, written))
+        f"merged {counted(len(merged.results), 'result')} of {counted(images, 'image')}; wrote "
+        + ", ".join(map(str, written))
     )
     if merged.failures:
-        context.messages.warn(f"{len(merged.failures)} failures remain (see the merged manifest)")
+        remain = "remains" if len(merged.failures) == 1 else "remain"
+        context.messages.warn(f"{counted(len(merged.failures), 'failure')} {remain} (see the merged manifest)")

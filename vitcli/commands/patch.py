@@ -212,7 +212,7 @@ def patch_command(
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
     from vitcli.experiments.patching import patch_images
-    from vitcli.runner import ProgressSteps, progress_display
+    from vitcli.runner import LineSteps, ProgressSteps, progress_display
 
     chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
     chosen_methods = [each.value for each in (method or [Method.activation])]
@@ -222,8 +222,7 @@ def patch_command(
     model = context.model()
     clean, corrupt = model.prepare(clean_path), model.prepare(corrupt_path)
     with progress_display(context.show_progress(1)) as progress:
-        result = patch_images(
-            model, clean, corrupt, job.sites, job.methods, job.target, job.contrast, ProgressSteps(progress)
-        )
+        steps = ProgressSteps(progress) if progress is not None else LineSteps(context.messages.info)
+        result = patch_images(model, clean, corrupt, job.sites, job.methods, job.target, job.contrast, steps)
     subject = {"clean": clean.source.to_json(), "corrupt": corrupt.source.to_json()}
     context.publish([(job, result, set_subject([clean_path, corrupt_path]), subject)], context.provenance(model))

@@ -127,10 +127,9 @@ def localisation_table(localisation: Localisation) -> Table:
 
 
 def robustness_table(robustness: Robustness) -> Table:
-    radius = ", ".join(f"{value:.3g}" for value in robustness.normalized_radius)
     table = Table(
         title=f"robustness: {robustness.samples} perturbations uniform in +-{robustness.radius:g} of the pixel range "
-        f"(+-{radius} normalized, per channel), seed {robustness.seed}",
+        f"(+-{_per_channel(robustness.normalized_radius)} after normalization), seed {robustness.seed}",
         caption="sensitivity = ||map(x + delta) - map(x)|| / ||map(x)|| (Frobenius); lower is more robust",
     )
     for column in ("method", "max-sensitivity", "average sensitivity"):
@@ -138,6 +137,14 @@ def robustness_table(robustness: Robustness) -> Table:
     for item in robustness.methods:
         table.add_row(item.method, f"{item.max:.4g}", f"{item.mean:.4g}")
     return table
+
+
+def _per_channel(values: list[float]) -> str:
+    """One number when the channels share it (a model normalizing with one std), else one per channel."""
+    shown = [f"{value:.3g}" for value in values]
+    if len(set(shown)) == 1:
+        return shown[0]
+    return ", ".join(f"{value} {channel}" for value, channel in zip(shown, "RGB", strict=False))
 
 
 def road_table(road: Road) -> Table:

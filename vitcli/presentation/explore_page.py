@@ -2,10 +2,14 @@
 
 The script decodes the float16 attention once, then draws on demand: the main panel (the chosen head, the mean over
 heads, or the rollout) and one panel per head of the chosen block, each a photo under a heat canvas of one pixel per
-patch. Every panel carries the numbers it draws (data-row: the query's row over all tokens; data-scale-max: the
-colour scale's top), and #readout the hovered source's numbers, so a test can read them back.
+patch. Every panel carries the numbers it draws (data-row: the query's row over all tokens; data-scale-min and
+data-scale-max: the colour scale's ends), and #readout the hovered source's numbers, so a test can read them back.
+The colours span the shown patch values' own range by default (a near-uniform row still shows its structure), or start
+at 0 with the *colours from 0* box: `vitcli attend --scale own|zero`, in the same words.
 """
 
+import base64
+import hashlib
 from string import Template
 
 STYLE = """
@@ -20,7 +24,7 @@ h1 { font-size: 18px; margin: 0 0 4px 0; }
 .stage img, .stage canvas { position: absolute; left: 0; top: 0; width: 100%; height: 100%; }
 .stage canvas.heat { opacity: 0.7; image-rendering: pixelated; }
 .caption { font-size: 12px; margin-top: 4px; }
-.cls { border: 1px solid #888; border-radius: 3px; padding: 0 4px; cursor: pointer; }
+.cls { border: 1px solid #888; border-radius: 3px; padding: 0 4px; margin-right: 4px; cursor: pointer; }
 .scale { display: flex; align-items: center; gap: 6px; font-size: 12px; margin: 4px 0; }
 .scale canvas { width: 160px; height: 12px; border: 1px solid #888; }
 #readout { font-family: ui-monospace, monospace; min-height: 1.4em; margin: 8px 0; }
@@ -59,7 +63,7 @@ for (let i = 0; i < 256; i++) {
   colours.push([0, 2, 4].map((at) => parseInt(hex.slice(at, at + 2), 16)));
 }
 
-const state = { block: 0, head: 'mean', query: 0, rollout: false, hovered: null };
+const state = { block: 0, head: 'mean', query: 0, rollout: false, fromZero: false, hovered: null };
 
 function tokenName(token) { return token < prefix ? meta.prefix[token] : 'P' + (token - prefix + 1); }
 function place(token) {
@@ -85,35 +89,48 @@ function rolloutRow(query) { return Array.from(rollout.subarray(query * tokens, 
 function mapRow(index) {
   return new Array(prefix).fill(NaN).concat(meta.maps[index].values.map((value) => (value === null ? NaN : value)));
 }
-function patchMax(row) {
-  let top = 0;
-  for (let t = prefix; t < tokens; t++) if (row[t] > top) top = row[t];
-  return top;
-}
-function patchMin(row) {
-  let low = Infinity;
-  for (let t = prefix; t < tokens; t++) if (row[t] < low) low = row[t];
-  return Math.min(low, 0);
+function patchRange(rowsShown) {
+  // The colour scale over the patch sources of the rows shown (CLS is listed, not drawn): their own smallest to
+  // largest value, or from min(0, smallest) with the "colours from 0" box (as `vitcli attend --scale own|zero`).
+  let low = Infinity, high = -Infinity;
+  rowsShown.forEach((row) => {
+    for (let t = prefix; t < tokens; t++) {
+      if (Number.isNaN(row[t])) continue;
+      low = Math.min(low, row[t]);
+      high = Math.max(high, row[t]);
+    }
+  });
+  if (high < low) return [0, 0];  // nothing defined to draw
+  return [state.fromZero ? Math.min(0, low) : low, high];
 }
 function percent(value) { return (100 * value).toFixed(4) + '%'; }
 function formatted(value, unit) {
-  if (Number.isNaN(value)) return '-';
+  if (value === null || Number.isNaN(value)) return '-';  // null: NaN read back from a panel's JSON data-row
   return unit === 'attention' ? percent(value) : value.toPrecision(4) + ' ' + unit;
 }
 
+function element(tag, className, parent) {
+  const made = document.createElement(tag);
+  if (className) made.className = className;
+  if (parent) parent.appendChild(made);
+  return made;
+}
 function makePanel(parent, size, label) {
-  const panel = document.createElement('div');
-  panel.className = 'panel';
-  panel.innerHTML = '<div class="stage" style="width:' + size + 'px;height:' + size * rows / cols + 'px">' +
-    '<img alt="the crop the model saw"><canvas class="heat"></canvas><canvas class="marks"></canvas></div>' +
-    '<div class="caption"></div>';
-  panel.querySelector('img').src = document.getElementById('explorer-crop').getAttribute('src');
-  const heat = panel.querySelector('canvas.heat');
+  const panel = element('div', 'panel');
+  const stage = element('div', 'stage', panel);
+  stage.style.width = size + 'px';
+  stage.style.height = size * rows / cols + 'px';
+  const photo = element('img', '', stage);
+  photo.alt = 'the crop the model saw';
+  photo.src = document.getElementById('explorer-crop').getAttribute('src');
+  const heat = element('canvas', 'heat', stage);
   heat.width = cols; heat.height = rows;
-  const marks = panel.querySelector('canvas.marks');
+  const marks = element('canvas', 'marks', stage);
   marks.width = size; marks.height = size * rows / cols;
+  const caption = element('div', 'caption', panel);
+  element('div', 'title', caption);
+  element('div', 'chips', caption);
   panel.dataset.label = label;
-  const stage = panel.querySelector('.stage');
   stage.addEventListener('mousemove', (event) => hover(panel, tokenAt(stage, event)));
   stage.addEventListener('mouseleave', () => hover(null, null));
   stage.addEventListener('click', (event) => { state.query = tokenAt(stage, event); render(); });
@@ -156,17 +173,20 @@ function draw(panel, row, top, caption, low = 0, unit = 'attention') {
     marks.strokeStyle = 'cyan'; marks.lineWidth = 2;
     marks.strokeRect(query.col * cell + 1, query.row * cell + 1, cell - 2, cell - 2);
   }
-  const chips = meta.prefix.map((name, token) =>
-    '<span class="cls" data-token="' + token + '">' + name + ' ' + formatted(row[token], unit) + '</span>').join(' ');
-  panel.querySelector('.caption').innerHTML = caption + '<br>' + chips;
-  panel.querySelectorAll('.cls').forEach((chip) => {
-    chip.addEventListener('mouseenter', () => hover(panel, Number(chip.dataset.token)));
+  // The caption and the chips are text nodes only: a label or a file name is never parsed as markup.
+  panel.querySelector('.caption .title').textContent = caption;
+  panel.querySelector('.caption .chips').replaceChildren(...meta.prefix.map((name, token) => {
+    const chip = element('span', 'cls');
+    chip.dataset.token = String(token);
+    chip.textContent = name + ' ' + formatted(row[token], unit);
+    chip.addEventListener('mouseenter', () => hover(panel, token));
     chip.addEventListener('mouseleave', () => hover(null, null));
-    chip.addEventListener('click', () => { state.query = Number(chip.dataset.token); render(); });
-  });
+    chip.addEventListener('click', () => { state.query = token; render(); });
+    return chip;
+  }));
 }
 
-function drawScale(id, top, low = 0, unit = 'attention') {
+function drawScale(id, top, low, unit, whose) {
   const canvas = document.querySelector('#' + id + ' canvas'), context = canvas.getContext('2d');
   canvas.width = 256; canvas.height = 1;
   colours.forEach(([red, green, blue], at) => {
@@ -175,6 +195,10 @@ function drawScale(id, top, low = 0, unit = 'attention') {
   });
   document.querySelector('#' + id + ' .top').textContent = formatted(top, unit);
   document.querySelector('#' + id + ' .bottom').textContent = low === 0 ? '0' : formatted(low, unit);
+  document.querySelector('#' + id + ' .range').textContent = low >= 0 && state.fromZero
+    ? 'colours from 0 to ' + whose + ' largest patch value, ' + formatted(top, unit)
+    : 'colours span ' + whose + (state.fromZero ? ' range from min(0, smallest), ' : ' own range, ') +
+      formatted(low, unit) + ' to ' + formatted(top, unit);
   document.getElementById(id).dataset.max = String(top);
   document.getElementById(id).dataset.min = String(low);
 }
@@ -204,14 +228,14 @@ headPanels.forEach((panel, head) => { panel.dataset.head = String(head + 1); });
 function render() {
   const block = state.block, blockNumber = blocks[block];
   const rowsOfHeads = headPanels.map((_, head) => headRow(block, head, state.query));
-  const common = Math.max(...rowsOfHeads.map(patchMax));
+  const [commonLow, common] = patchRange(rowsOfHeads);
   rowsOfHeads.forEach((row, head) => {
     headPanels[head].dataset.block = String(blockNumber);
     headPanels[head].dataset.label = 'block ' + blockNumber + ', head ' + (head + 1);
-    draw(headPanels[head], row, common, 'block ' + blockNumber + ', head ' + (head + 1));
+    draw(headPanels[head], row, common, 'block ' + blockNumber + ', head ' + (head + 1), commonLow);
   });
-  drawScale('heads-scale', common);
-  let row, label, low = 0, unit = 'attention';
+  drawScale('heads-scale', common, commonLow, 'attention', "the heads'");
+  let row, label, unit = 'attention';
   const isMap = typeof state.head === 'string' && state.head.startsWith('map:');
   const chosenMap = isMap ? Number(state.head.slice(4)) : null;
   if (state.rollout) {
@@ -221,7 +245,6 @@ function render() {
     const chosen = meta.maps[chosenMap];
     row = mapRow(chosenMap);
     label = 'explain ' + chosen.method + ' for class ' + chosen.target;
-    low = patchMin(row);
     unit = chosen.unit;
   } else if (state.head === 'mean') {
     row = meanRow(block, state.query);
@@ -235,12 +258,13 @@ function render() {
     : chosenMap !== null ? 'map:' + meta.maps[chosenMap].method
       : state.head === 'mean' ? 'mean' : String(state.head + 1);
   mainPanel.dataset.label = label;
-  const top = patchMax(row);
+  const [low, top] = patchRange([row]);
   draw(mainPanel, row, top, label, low, unit);
-  drawScale('main-scale', top, low, unit);
+  drawScale('main-scale', top, low, unit, "this map's");
   document.getElementById('block-number').textContent = String(blockNumber);
   document.getElementById('query').textContent = 'query ' + describe(state.query);
   document.body.dataset.query = String(state.query);
+  document.body.dataset.scale = state.fromZero ? 'zero' : 'own';
   const ranked = row.map((value, token) => [value, token]).filter(([value]) => !Number.isNaN(value))
     .sort((a, b) => b[0] - a[0]).slice(0, 5);
   document.getElementById('top').textContent = 'top sources in ' + label + ': ' +
@@ -259,6 +283,8 @@ headChoice.addEventListener('change', () => {
   state.head = value === 'mean' || value.startsWith('map:') ? value : Number(value);
   render();
 });
+const fromZeroBox = document.getElementById('from-zero');
+fromZeroBox.addEventListener('change', () => { state.fromZero = fromZeroBox.checked; render(); });
 const rolloutBox = document.getElementById('rollout');
 rolloutBox.addEventListener('change', () => { state.rollout = rolloutBox.checked; render(); });
 document.getElementById('cls').addEventListener('click', () => { state.query = 0; render(); });
@@ -280,19 +306,37 @@ document.getElementById('about').textContent = meta.image + ' · ' + meta.model 
 document.getElementById('precision').textContent = 'Stored as ' + meta.precision + '; largest |stored - exact| ' +
   'measured: attention ' + meta.stored_error.attention.toExponential(2) + ', rollout ' +
   meta.stored_error.rollout.toExponential(2) + '. Self-check (explicit vs fused attention output) max |difference| ' +
-  meta.self_check_max.toExponential(2) + '. Rows are never renormalized; the colours cover patch sources only, ' +
-  'from 0 to the largest patch weight shown (CLS is listed under each panel).';
+  meta.self_check_max.toExponential(2) + '. Rows are never renormalized; the colours cover patch sources only ' +
+  '(CLS is listed under each panel), over the range written beside each colour bar.';
 if (meta.random) document.getElementById('random').textContent =
   'RANDOM WEIGHTS: an untrained model, the attention means nothing.';
 render();
 document.body.dataset.ready = '1';
 """
 
+
+def script_source(script: str) -> str:
+    """A Content-Security-Policy source allowing exactly this inline script (its text's SHA-256)."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+SCRIPT_SOURCE = script_source(SCRIPT)
+# Defence in depth behind building every text as text: the page runs its own script and nothing else (no inline
+# handler, no injected <script>, no javascript: URL), loads nothing but its inline data: images, and posts nowhere.
+# An embedding page's policy applies too (a srcdoc frame inherits it): the report's allows this script by its hash.
+POLICY = (
+    f"default-src 'none'; script-src {SCRIPT_SOURCE}; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+    "form-action 'none'"
+)
+
 PAGE = Template(
     """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+"""
+    + f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+    + """
 <title>$title</title>
 <link rel="icon" href="data:,">
 <style>"""
@@ -309,6 +353,8 @@ to read its weight. The rollout replaces the main panel; the head panels always 
   <label>block <input type="range" id="block" min="0" value="0" step="1"> <b id="block-number"></b></label>
   <label>main panel <select id="head"><option value="mean">mean over heads</option></select></label>
   <label><input type="checkbox" id="rollout"> rollout</label>
+  <label title="else the colours span the shown values' own range"><input type="checkbox" id="from-zero">
+    colours from 0</label>
   <button id="cls" type="button">query CLS</button>
   <span id="query"></span>
 </div>
@@ -316,13 +362,14 @@ to read its weight. The rollout replaces the main panel; the head panels always 
 <div class="layout">
   <div>
     <div id="main"></div>
-    <div class="scale" id="main-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span></div>
+    <div class="scale" id="main-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span>
+      <span class="range"></span></div>
     <div id="top"></div>
   </div>
   <div>
     <div id="heads"></div>
     <div class="scale" id="heads-scale"><span class="bottom"></span> <canvas></canvas> <span class="top"></span>
-      (one scale for every head)</div>
+      <span class="range"></span> (one scale for every head)</div>
   </div>
 </div>
 <p class="note" id="precision"></p>

@@ -9,7 +9,10 @@ import html
 from pathlib import Path
 
 EXPLORER_PREFIX = "explore"  # result names of explorer pages start with it: explore.html, explore-b1-4.html
-# The page's script runs, nothing else is allowed: no same origin (so no access to the host page), no forms, no popups.
+# The strictest sandbox the explorer works in: its script must run (it draws everything), nothing else is allowed.
+# No allow-same-origin: the frame's origin stays opaque, so its script cannot read or change the host page, its storage
+# or cookies (with allow-scripts, allow-same-origin would even let the frame remove its own sandbox); no forms, popups,
+# modals, downloads or top navigation. The explorer's Content-Security-Policy adds that only its own script runs.
 SANDBOX = "allow-scripts"
 
 

@@ -99,6 +99,7 @@ def single_page(run: Run, rows: int) -> str:
             frame, {image: f"#{anchor}" for image, anchor in anchors.items()}, False, run.manifest
         ),
         sections.failures_section(run.manifest.failures, interactive=False),
+        sections.not_in_this_run_section(run.manifest.not_in_this_run),
         *(
             sections.image_body(image, _views(run, entries, rows), run.failures[image], place, anchors[image])
             for image, entries in run.by_image.items()
@@ -134,6 +135,7 @@ def write_pages(run: Run, rows: int) -> Path:
         sections.provenance_section(run.manifest, run.sources),
         sections.summary_section(frame, links, True, run.manifest),
         sections.failures_section(run.manifest.failures, interactive=True),
+        sections.not_in_this_run_section(run.manifest.not_in_this_run),
         *run.subjects(place, rows),
     ]
     return _publish(run.folder, page(f"vitcli report: {run.manifest.name}", "\n".join(body), script=True))

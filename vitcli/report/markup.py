@@ -10,6 +10,9 @@ import re
 from string import Template
 from typing import Any
 
+from vitcli.presentation.explore_page import SCRIPT_SOURCE as EXPLORER_SCRIPT
+from vitcli.presentation.explore_page import script_source
+
 _DECIMAL = re.compile(r"[-+]?(\d+\.\d*|\.\d+)([eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+")
 TABLE_PAGE_ROWS = 100  # rows per page of a data table
 
@@ -53,6 +56,7 @@ def data_table(identifier: str, columns: list[str], rows: list[list[Any]], links
     data = {"columns": columns, "rows": [[json_value(value) for value in row] for row in rows], "links": links}
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")  # line ends to a script parser
     return (
         f'<div class="datatable" data-source="{text(identifier)}" data-page-rows="{TABLE_PAGE_ROWS}"></div>'
         f'<script type="application/json" id="{text(identifier)}">{payload}</script>'
@@ -61,14 +65,22 @@ def data_table(identifier: str, columns: list[str], rows: list[list[Any]], links
 
 def page(title: str, body: str, script: bool) -> str:
     return PAGE.substitute(
-        title=text(title), style=STYLE, body=body, script=f"<script>{SCRIPT}</script>" if script else ""
+        title=text(title),
+        policy=POLICY,
+        style=STYLE,
+        body=body,
+        script=f"<script>{SCRIPT}</script>" if script else "",
     )
 
 
-PAGE = Template("""<!DOCTYPE html>
+PAGE = Template(
+    """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+"""
+    + '<meta http-equiv="Content-Security-Policy" content="$policy">'
+    + """
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>$title</title>
 <style>$style</style>
@@ -78,7 +90,8 @@ $body
 $script
 </body>
 </html>
-""")
+"""
+)
 
 STYLE = """
 body { font: 14px/1.45 system-ui, "Segoe UI", Helvetica, Arial, sans-serif; color: #1d232a; background: #fff;
@@ -225,3 +238,9 @@ SCRIPT = """
   document.querySelectorAll("div.datatable").forEach(draw);
 })();
 """
+
+# Defence in depth behind escaping every text: a report page runs only its own table script and an embedded
+# explorer's script (a srcdoc frame inherits this policy; the explorer's own adds to it), each allowed by its hash, so
+# markup that slipped through could run nothing: no inline handler, no injected <script>, no javascript: URL. Figures
+# and explorer pages still load by relative path (no default-src: the report opens from a file or any web server).
+POLICY = f"script-src {script_source(SCRIPT)} {EXPLORER_SCRIPT}; object-src 'none'; base-uri 'none'; form-action 'none'"

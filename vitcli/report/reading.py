@@ -11,6 +11,7 @@ from typing import Any
 
 from vitcli.batch.manifest import Manifest, merge, read_manifests
 from vitcli.errors import UsageError, VitcliError
+from vitcli.output import counted
 from vitcli.presentation.explorer_frame import is_explorer_page
 from vitcli.store import INDEX, OutputStore
 
@@ -164,8 +165,9 @@ def _choose_rows(entry: dict[str, Any], records: list[dict[str, str]], limit: in
         if ranked:
             ranked.sort(key=lambda item: -item[0] if largest_first else item[0])
             order = "largest" if largest_first else "smallest"
-            return [record for _, record in ranked[:limit]], f"the {min(limit, len(ranked))} rows of {order} {column}"
-    return records[:limit], f"the first {min(limit, len(records))} rows"
+            shown = min(limit, len(ranked))
+            return [record for _, record in ranked[:limit]], f"the {counted(shown, 'row')} of {order} {column}"
+    return records[:limit], f"the first {counted(min(limit, len(records)), 'row')}"
 
 
 def _number(text: str | None) -> float | None:

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from vitcli.batch.manifest import Manifest, timings
+from vitcli.batch.manifest import Manifest, plain_cells, timings
 from vitcli.naming import MODEL_SUBJECT
+from vitcli.output import counted
 from vitcli.presentation.explorer_frame import explorer_fragment, explorer_link
 from vitcli.render import is_random
 from vitcli.report.audits import audit_tables
@@ -77,7 +78,8 @@ def banner(manifest: Manifest) -> str:
 
 def header(manifest: Manifest, sources: list[Path], image_count: int) -> str:
     counts = (
-        f"{image_count} images, {len(manifest.results)} results, {len(manifest.failures)} failures; model "
+        f"{counted(image_count, 'image')}, {counted(len(manifest.results), 'result')}, "
+        f"{counted(len(manifest.failures), 'failure')}; model "
         f"{manifest.provenance.get('model', '?')}; from {', '.join(path.name for path in sources)}"
     )
     return f'<header><h1>{text(manifest.name)}</h1>{banner(manifest)}<p class="meta">{text(counts)}</p></header>'
@@ -86,7 +88,7 @@ def header(manifest: Manifest, sources: list[Path], image_count: int) -> str:
 def summary_section(frame: Any, links: dict[str, str | None], interactive: bool, manifest: Manifest) -> str:
     """summary.csv's rows: a static table (the single page) or a sortable, paginated data table (the index); then
     the timings."""
-    frame = frame.drop(columns=["image_sha256"])
+    frame = plain_cells(frame.drop(columns=["image_sha256"]))
     columns = [str(column) for column in frame.columns]
     intro = (
         '<section><h2>Summary</h2><p class="meta">summary.csv: one row per image, headline numbers of each experiment'
@@ -137,6 +139,18 @@ def failures_section(failures: list[dict[str, Any]], interactive: bool) -> str:
     )
     head = "".join(f"<th>{name}</th>" for name in fields)
     return f"<section><h2>Failures ({len(failures)})</h2><table><tr>{head}</tr>{rows}</table></section>"
+
+
+def not_in_this_run_section(images: list[str]) -> str:
+    """Images the folder recorded that are not among the run's images (deleted, or left out of a later run)."""
+    if not images:
+        return ""
+    items = "".join(f"<li>{text(image)}</li>" for image in images)
+    return (
+        f'<section><h2>Not in this run ({len(images)})</h2><p class="meta">recorded in this folder by earlier runs, '
+        "not among this run's images: their results stay on disk and `vitcli merge` includes them</p>"
+        f"<ul>{items}</ul></section>"
+    )
 
 
 def image_body(image: str, views: list[ResultView], failures: list[dict[str, Any]], place: Place, anchor: str) -> str:
