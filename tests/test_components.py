@@ -97,3 +97,31 @@ def test_unknown_sites_and_other_block_layouts_are_named():
     assert "block 1 (ParallelThingsBlock) has no norm1, attn, attn.qkv, attn.proj" in refusal
     with pytest.raises(ValueError, match="unknown site"), hooks(net, {"blocks.1.hook_q": print}):
         pass
+
+
+def test_the_attention_pattern_site_reproduces_the_fused_attention_and_leaves_the_model_fused(layer_scale, photo):
+    """blocks.B.attn.hook_pattern holds softmax(q k^T * scale): pattern x v per head equals the head outputs of the
+    model's own fused forward (hook_z), it equals vitcli's explicit trace, and fused attention is back after the
+    `with`, also when two captures of one block nest. Seen failing with fused attention left off after the `with`."""
+    net = layer_scale.net
+    inputs = layer_scale.prepare(photo).input[None]
+    with torch.inference_mode(), caching(net, ["blocks.1.ln1.hook_normalized", "blocks.1.attn.hook_z"]) as fused:
+        fused_logits = net(inputs)
+    patterns = ["blocks.1.attn.hook_pattern", "blocks.2.attn.hook_pattern"]
+    with torch.inference_mode(), caching(net, patterns) as outer, caching(net, patterns[:1]) as inner:
+        logits = net(inputs)
+    assert all(block.attn.fused_attn for block in net.blocks)
+    torch.testing.assert_close(logits, fused_logits, atol=1e-5, rtol=0)
+    assert torch.equal(outer[patterns[0]], inner[patterns[0]])
+    attention = net.blocks[0].attn
+    width = attention.qkv.in_features
+    with torch.inference_mode():
+        v = torch.nn.functional.linear(fused["blocks.1.ln1.hook_normalized"], *(p[2 * width :] for p in (
+            attention.qkv.weight, attention.qkv.bias)))  # fmt: skip
+    v = v.unflatten(-1, (attention.num_heads, -1)).transpose(1, 2)  # (batch, heads, tokens, d)
+    head_outputs = (outer[patterns[0]] @ v).transpose(1, 2)  # (batch, tokens, heads, d), as hook_z
+    torch.testing.assert_close(head_outputs, fused["blocks.1.attn.hook_z"], atol=1e-5, rtol=1e-5)
+    trace = layer_scale.trace(inputs, keep=range(2))
+    for block, site in enumerate(patterns):
+        torch.testing.assert_close(outer[site], trace.blocks[block].attention.to(outer[site].dtype), atol=1e-6, rtol=0)
+        torch.testing.assert_close(outer[site].sum(-1), torch.ones_like(outer[site].sum(-1)), atol=1e-6, rtol=0)

@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _API = (
     "Result",
     "ablate",
+    "anatomy",
     "attend",
     "attribute",
     "explain",

@@ -40,6 +40,7 @@ WHOLE_NUMBER_COLUMNS = {"row", "col", "token", "patch", "block", "head", "layer"
 __all__ = [
     "Result",
     "ablate",
+    "anatomy",
     "attend",
     "attribute",
     "explain",
@@ -247,14 +248,21 @@ class _Memory:
         return paths
 
 
-def _compute_and_publish(job: Job, model: VitModel, image: str | Path | None, call: str) -> Result:
-    from vitcli.jobs import ImageWork
-    from vitcli.naming import MODEL_SUBJECT, image_subject
+def _compute_and_publish(
+    job: Job, model: VitModel, image: str | Path | None, call: str, images: list[Path] | None = None
+) -> Result:
+    from vitcli.filenames import escaped_path
+    from vitcli.jobs import ImageWork, Steps
+    from vitcli.naming import MODEL_SUBJECT, image_subject, set_subject
     from vitcli.output import Emitter, Messages
     from vitcli.runner import Publisher
 
     if job.scope == "model":
         value, subject, subject_json = job.compute_once(model), MODEL_SUBJECT, None
+    elif job.scope == "set":
+        paths = images or []
+        value = job.compute_set(model, paths, Steps())
+        subject, subject_json = set_subject(paths), {"images": [escaped_path(path) for path in paths]}
     else:
         if image is None:
             raise UsageError(f"`{job.command}` needs an image: pass its path")
@@ -334,3 +342,29 @@ def attribute(model: VitModel, image: str | Path, **options: Any) -> Result:
 def ablate(model: VitModel, image: str | Path, **options: Any) -> Result:
     """`vitcli ablate`: one head or sublayer removed at a time. Options: target, heads, blocks, mode, reference."""
     return run_experiment("ablate", model, image, **options)
+
+
+def anatomy(
+    model: VitModel, images: str | Path | list[str | Path] | None = None, **options: Any
+) -> Result | dict[str, Result]:
+    """`vitcli anatomy`: filters, positions (the weights alone), distance, cka, pca, norms (over `images`: files,
+    folders or globs). Options: view (one name: a Result; a list or none: a dict of Results by view), norm_factor,
+    pca_threshold, cka_minibatch. Each Result's to_frame() is the view's CSV."""
+    from vitcli import cli  # noqa: F401  (registers the command's job builder)
+    from vitcli.commands.anatomy import anatomy_jobs, check_image_count
+    from vitcli.context import check_jobs
+    from vitcli.images import resolve_images
+
+    _check_model(model)
+    single = isinstance(options.get("view"), str)
+    given = [images] if isinstance(images, (str, os.PathLike)) else list(images or [])
+    if not all(isinstance(item, (str, os.PathLike)) for item in given):
+        raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
+    paths = list(dict.fromkeys(resolve_images([str(item) for item in given]))) if given else []
+    converted = _options("anatomy", anatomy_jobs, options)
+    jobs = anatomy_jobs(**converted, with_images=bool(paths))
+    check_jobs(model.name, architecture_of(model), jobs)
+    check_image_count([job.view for job in jobs], len(paths))  # type: ignore[attr-defined]
+    call = _call_text("anatomy", None, {"images": [str(item) for item in given], **options})
+    results = {job.view.value: _compute_and_publish(job, model, None, call, paths) for job in jobs}  # type: ignore[attr-defined]
+    return next(iter(results.values())) if single else results

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import RenderableType
     from torch import Tensor
 
@@ -77,7 +79,9 @@ class Job(ABC):
 
     command: ClassVar[str]  # the CLI command (and `vitcli run` experiment) that makes this job
     needs_classes: ClassVar[bool] = True  # refused on a model without a classifier head
-    scope: ClassVar[str] = "image"  # "image": computed per image; "model": once per run, about the model alone
+    # "image": computed per image; "model": once per run, about the model alone; "set": once per run, about all its
+    # images together (statistics that no one image's result holds, such as CKA across the images)
+    scope: ClassVar[str] = "image"
 
     @abstractmethod
     def name(self) -> str:
@@ -90,6 +94,9 @@ class Job(ABC):
     def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
         """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
 
+    def check_images(self, count: int) -> None:  # noqa: B027  (most jobs take any number of images)
+        """Refuse a number of images the job cannot use (CKA of one image...) with UsageError, before weights load."""
+
     def compute(self, work: ImageWork) -> Any:
         """The typed result for one image (jobs of scope "image")."""
         raise NotImplementedError(f"{self.command} computes once per run, not per image")
@@ -97,6 +104,10 @@ class Job(ABC):
     def compute_once(self, model: VitModel) -> Any:
         """The typed result about the model alone (jobs of scope "model"), for `vitcli run`."""
         raise NotImplementedError(f"{self.command} computes per image")
+
+    def compute_set(self, model: VitModel, paths: list[Path], steps: Steps) -> Any:
+        """The typed result about the run's images together (jobs of scope "set")."""
+        raise NotImplementedError(f"{self.command} does not compute over a set of images")
 
     @abstractmethod
     def present(self, result: Any) -> Presentation:

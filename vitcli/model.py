@@ -253,8 +253,8 @@ class VitModel:
             and self._attention_refusal is None
         )
 
-    def stream(self, forward: Callable[[Tensor], Tensor], batches: Iterable[Tensor]) -> Iterator[Tensor]:
-        """forward(batch) as CPU float32, without gradients, for each batch in order.
+    def stream(self, forward: Callable[[Tensor], Any], batches: Iterable[Tensor]) -> Iterator[Any]:
+        """forward(batch) as CPU float32 (a tensor or a tuple of tensors), without gradients, for each batch in order.
 
         On a CPU with T >= 2 torch threads, two batches run at once with T / 2 threads each: one batch's serial
         parts (small element-wise operations, Python between operations, the threads waiting on each other) then
@@ -284,9 +284,13 @@ class VitModel:
         """How many batches stream() runs at once: two on a CPU with two or more torch threads, else one."""
         return 2 if self.device.type == "cpu" and torch.get_num_threads() >= 2 else 1
 
-    def _forward(self, forward: Callable[[Tensor], Tensor], batch: Tensor) -> Tensor:
+    def _forward(self, forward: Callable[[Tensor], Any], batch: Tensor) -> Any:
+        """forward(batch) as CPU float32: a tensor, or a tuple of tensors (several activations of one forward)."""
         with torch.inference_mode():  # per thread: inference mode does not cross into the pool's threads
-            return forward(batch.to(self.device)).float().cpu()
+            output = forward(batch.to(self.device))
+            if isinstance(output, tuple):
+                return tuple(part.float().cpu() for part in output)
+            return output.float().cpu()
 
     def flatten_patches(self, inputs: Tensor) -> Tensor:
         """(B, 3, H, W) -> (B, patches, 3 p^2), each patch channel-major: all R rows, then G, then B."""

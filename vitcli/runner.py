@@ -206,6 +206,20 @@ class Runner:
                 compute = functools.partial(job.compute_once, self.model)
                 self._compute_and_publish(job, compute, MODEL_SUBJECT, None, MODEL_SUBJECT, report)
 
+    def run_over_set(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> None:
+        """Jobs about the images together (anatomy's CKA, say): each once over all of `paths`, in the set's folder.
+        Never skipped as already complete: any image of the set may have changed since (a replaced file)."""
+        from vitcli.naming import set_subject
+
+        if not jobs or not paths:
+            return
+        subject = set_subject(paths)
+        subject_json = {"images": [escaped_path(path) for path in paths]}
+        steps = ProgressSteps(progress)
+        for job in jobs:
+            compute = functools.partial(job.compute_set, self.model, list(paths), steps)
+            self._compute_and_publish(job, compute, subject, subject_json, subject, report)
+
     def _prepare(
         self, chunk: Sequence[Path], report: Report, steps: Steps
     ) -> tuple[list[tuple[Path, ImageWork]], Failure | None]:

@@ -114,6 +114,7 @@ COMMAND_PANELS = {
     **dict.fromkeys(
         ("trace", "compare", "lens", "explain", "probe", "explore"), "Deeper: traces, comparisons, explanations"
     ),
+    **dict.fromkeys(("anatomy",), "Deeper: traces, comparisons, explanations"),
     **dict.fromkeys(("attribute", "ablate", "patch"), "Causal: what blocks, heads and tokens contribute"),
     **dict.fromkeys(("run", "merge", "report"), "Many images and experiments"),
 }

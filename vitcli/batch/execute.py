@@ -59,6 +59,20 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     found = context.images(arguments or config.images, report, shard=False)
     inputs = list(dict.fromkeys(Path(os.path.abspath(path)) for path in found))
     paths = context.shard.select(inputs) if context.shard else inputs
+    set_jobs = [job for job in jobs if job.scope == "set"]
+    if set_jobs and context.shard is not None:
+        # A result about the images together (CKA, say) from one shard's share would be another number, and shards
+        # run apart: such views need the whole set in one process.
+        raise UsageError(
+            f"--shard {context.shard.index}/{context.shard.count}: {set_jobs[0].name()} is about the run's images "
+            "together and needs them all in one process; run it without --shard (in a config of its own)"
+        )
+    for experiment in config.experiments:
+        for job in experiment.jobs:
+            try:
+                job.check_images(len(paths))
+            except UsageError as error:
+                raise UsageError(located(experiment.path, str(error))) from error
     root = OutputStore(context.output_dir).folder(safe_name(config.name, "run"))
     model = context.model()
     provenance = context.provenance(model)
@@ -95,6 +109,7 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
         with progress_display(context.show_progress(len(paths))) as progress:
             runner.run(image_jobs, paths, report, progress)
         runner.publish_across_images(paths, report)
+        runner.run_over_set(set_jobs, paths, report)
     except BaseException:
         writer.close()
         _views_after_failure(store, root, shard, scope, warn)

@@ -11,6 +11,8 @@ A timm `Block` computes x + drop_path1(ls1(attn(norm1(x)))), then + drop_path2(l
                                                             layer scale ls1 and drop path as the model applies them
     blocks.B.hook_mlp_out        (batch, tokens, width)     the same for the MLP sublayer (ls2, drop_path2)
     blocks.B.hook_resid_post     (batch, tokens, width)     the rows leaving block B
+    blocks.B.attn.hook_pattern   (batch, heads, tokens, tokens) softmax(q k^T * scale): the attention probabilities
+                                                            (the block runs timm's non-fused path while hooked)
 
 `hooks(net, {site: function})` calls function(activation) during every forward inside the `with`; a function that
 returns a tensor replaces the activation (same shape), one that returns None only reads it. `caching(net, sites)`
@@ -36,7 +38,9 @@ from vitcli.errors import UsageError
 # What the sites need of every block: the pre-norm layout's modules by their timm names.
 REQUIRED_MODULES = ("norm1", "attn", "attn.qkv", "attn.proj", "ls1", "drop_path1", "norm2", "mlp", "ls2", "drop_path2")
 _SITE = re.compile(
-    r"^blocks\.(\d+)\.(hook_resid_pre|ln1\.hook_normalized|attn\.hook_z|hook_attn_out|hook_mlp_out|hook_resid_post)$"
+    r"^blocks\.(\d+)\.(hook_resid_pre|ln1\.hook_normalized|attn\.hook_z|attn\.hook_pattern|hook_attn_out|hook_mlp_out|"
+    r"hook_resid_post)$",
+    re.ASCII,
 )
 
 Hook = Callable[[Tensor], Tensor | None]
@@ -88,6 +92,10 @@ def head_site(block: int) -> str:
     return f"blocks.{block}.attn.hook_z"
 
 
+def pattern_site(block: int) -> str:
+    return f"blocks.{block}.attn.hook_pattern"
+
+
 def sublayer_site(block: int, sublayer: str) -> str:
     """sublayer 'attn' or 'mlp'."""
     return f"blocks.{block}.hook_{sublayer}_out"
@@ -102,7 +110,7 @@ def hooks(net: nn.Module, functions: Mapping[str, Hook]) -> Iterator[None]:
             handles.append(_register(net, site, function))
         yield
     finally:
-        for handle in handles:
+        for handle in reversed(handles):  # last on, first off: a block's fused_attn comes back as it was
             handle.remove()
 
 
@@ -161,6 +169,8 @@ def _register(net: nn.Module, site: str, function: Hook) -> Any:
     block = net.blocks[number - 1]
     if kind == "hook_resid_pre":
         return block.register_forward_pre_hook(_on_input(function))
+    if kind == "attn.hook_pattern":
+        return _PatternHandle(block.attn, function)
     if kind == "attn.hook_z":
         heads = block.attn.num_heads
         return block.attn.proj.register_forward_pre_hook(_on_input(function, split_heads=heads))
@@ -188,3 +198,18 @@ def _on_input(function: Hook, split_heads: int | None = None) -> Callable[..., A
         return (replaced, *inputs[1:])
 
     return pre_hook
+
+
+class _PatternHandle:
+    """The attention probabilities at `attn.attn_drop`, which timm calls only on its non-fused path: the attention
+    runs non-fused while the hook is on (the logits move by at most 1e-6, ../shared/NOTES.md), fused again after."""
+
+    def __init__(self, attention: nn.Module, function: Hook):
+        self.attention = attention
+        self.was_fused = attention.fused_attn
+        attention.fused_attn = False
+        self.handle = attention.attn_drop.register_forward_hook(lambda _module, _inputs, output: function(output))
+
+    def remove(self) -> None:
+        self.handle.remove()
+        self.attention.fused_attn = self.was_fused
