@@ -77,7 +77,7 @@ class PcaResult:
 class NormOutlier:
     image: int  # zero-based index into NormsResult.sources
     token: int  # zero-based token index (prefix tokens first)
-    name: str  # "P74", "CLS", "REG2"
+    name: str  # "P74", "CLS", "R2"
     block: int  # one-based
     norm: float
     median: float  # the block's median norm over the folder
