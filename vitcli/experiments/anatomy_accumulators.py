@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitcli.experiments.anatomy_math import MinibatchCka, attention_distance, gram, min_max, principal_components
+from vitcli.experiments.anatomy_math import MinibatchCka, attention_distance, min_max, principal_components
 from vitcli.experiments.anatomy_types import (
     CKA_EXAMPLE,
     CKA_MIN_IMAGES,
@@ -55,33 +55,45 @@ class DistanceAccumulator:
 
 
 class CkaAccumulator:
-    """Minibatches of `minibatch` images; only their flattened rows wait here until a minibatch is full."""
+    """Minibatches of `minibatch` images; only their flattened rows wait here (one float64 buffer of a minibatch) until
+    it is full."""
 
     def __init__(self, blocks: int, minibatch: int):
         if minibatch < CKA_MIN_IMAGES:
             raise ValueError(f"a CKA minibatch needs at least {CKA_MIN_IMAGES} images, not {minibatch}")
         self.minibatch = minibatch
         self.estimator = MinibatchCka(blocks)
-        self.waiting: list[np.ndarray] = []  # per image: (blocks, N * D) float32
+        self.rows: Tensor | None = None  # (blocks, minibatch, N * D) float64: the minibatch being filled
+        self.filled = 0  # images in it so far
         self.images = 0
 
     def add(self, reading: Reading) -> None:
-        rows = torch.stack(reading.residual, dim=1).flatten(2).numpy()  # (B, blocks, N * D)
-        self.images += len(rows)
-        for image in rows:
-            self.waiting.append(image)
-            if len(self.waiting) == self.minibatch:
+        count = len(reading.residual[0])
+        if self.rows is None:
+            width = reading.residual[0][0].numel()
+            self.rows = torch.empty(len(reading.residual), self.minibatch, width, dtype=torch.float64)
+        self.images += count
+        start = 0
+        while start < count:
+            taken = min(count - start, self.minibatch - self.filled)
+            for block, residual in enumerate(reading.residual):  # copied once, converted to float64 on the way
+                self.rows[block, self.filled : self.filled + taken] = residual[start : start + taken].flatten(1)
+            self.filled += taken
+            start += taken
+            if self.filled == self.minibatch:
                 self._flush()
 
     def _flush(self) -> None:
-        stacked = np.stack(self.waiting)  # (m, blocks, N * D)
-        self.estimator.add([gram(stacked[:, block]) for block in range(stacked.shape[1])])
-        self.waiting = []
+        # Every block's (m, m) Gram matrix X X^T in float64 (as `gram`), by one batched product on torch's threads.
+        assert self.rows is not None
+        rows = self.rows[:, : self.filled]
+        self.estimator.add(list((rows @ rows.transpose(1, 2)).numpy()))
+        self.filled = 0
 
     def finish(self) -> CkaResult:
-        if len(self.waiting) >= CKA_MIN_IMAGES:
+        if self.filled >= CKA_MIN_IMAGES:
             self._flush()
-        self.waiting = []
+        self.filled = 0
         if not self.estimator.minibatches:
             raise ValueError(f"CKA needs at least {CKA_MIN_IMAGES} images, not {self.images}")
         used, count = self.estimator.examples, self.estimator.minibatches

@@ -17,6 +17,7 @@ only layers x layers sums, never activations. On one minibatch holding every exa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,13 +52,20 @@ def attention_distance(attention: np.ndarray | torch.Tensor, grid: PatchGrid) ->
     Computed in the attention's own precision (float32 from a model: about 1e-7 relative over a few hundred sources).
     """
     attention = torch.as_tensor(attention)
-    tokens, first = grid.num_tokens, grid.num_prefix
-    # Distances over all N tokens with 0 wherever a prefix token is the query or the source: one dot product per
-    # (image, head) then sums exactly the patch-to-patch terms, without copying the patch part of the attention.
-    distances = torch.zeros(tokens, tokens, dtype=attention.dtype, device=attention.device)
-    distances[first:, first:] = torch.as_tensor(patch_distances(grid))
-    total = attention.flatten(-2) @ distances.flatten()
+    distances = _token_distances(grid).to(dtype=attention.dtype, device=attention.device)
+    total = attention.flatten(-2) @ distances
     return (total / grid.num_patches).cpu().double().numpy()
+
+
+@functools.lru_cache(maxsize=8)
+def _token_distances(grid: PatchGrid) -> torch.Tensor:
+    """(N * N,) distances over all N tokens with 0 wherever a prefix token is the query or the source: one dot
+    product per (image, head) then sums exactly the patch-to-patch terms, without copying the patch part of the
+    attention. Kept per grid: a folder's every batch and block reads the same one."""
+    tokens, first = grid.num_tokens, grid.num_prefix
+    distances = torch.zeros(tokens, tokens, dtype=torch.float64)
+    distances[first:, first:] = torch.as_tensor(patch_distances(grid))
+    return distances.flatten()
 
 
 # ----- linear CKA
