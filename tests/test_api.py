@@ -182,6 +182,7 @@ def test_import_vitcli_stays_light():
     assert probe.stdout.strip() == "[]"
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_version_and_python_dash_m():
     version = run_vitcli("--version")
     assert version.returncode == 0 and version.stdout == f"vitcli {vitcli.__version__}\n"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import RANDOM_CPU
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +46,7 @@ def make_demo(tmp_path: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_make_demo_offline_points_to_demo_offline(tmp_path):
     result = make_demo(tmp_path)
     assert result.returncode != 0

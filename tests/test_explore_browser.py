@@ -29,6 +29,9 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     sync_playwright = None
 
+# A browser starts for each test (about 12 s for the module): `make test` leaves them to CI's full run.
+pytestmark = pytest.mark.slow
+
 if (sync_playwright is None or not CHROMIUM.exists()) and not REQUIRED:
     pytest.skip("needs Playwright and Debian's chromium (/usr/bin/chromium)", allow_module_level=True)
 

@@ -503,6 +503,7 @@ print(HOST, os.getpid())
 """
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_shards_on_two_hosts_sharing_a_folder_never_remove_each_others_files(tmp_path):
     """Two writers in two PID namespaces (what two machines look like to each other) publish into one folder at
     once, each cleaning the folder before every write; each has a process id the other's namespace lacks. With the

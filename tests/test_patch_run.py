@@ -62,6 +62,7 @@ def run_folder(workdir, photo, newfoundland, persian) -> Path:
     return configs
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_each_image_patched_into_corrupt_equals_the_command_line_and_corrupt_itself_fails(cli, workdir, run_folder):
     """Two CLEAN images into one CORRUPT (its forward and graph run once, kept on the job for both) give exactly
     `vitcli patch IMAGE CORRUPT`'s result; the copy of CORRUPT fails alone, in one line, and the run goes on.
@@ -102,6 +103,7 @@ def test_each_image_patched_into_corrupt_equals_the_command_line_and_corrupt_its
         assert row["patch_heads_largest_score"] == pytest.approx(heads[block][head], abs=1e-9)
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_shards_of_a_patch_run_merge_into_the_whole_run(cli, workdir, run_folder, monkeypatch):
     """CORRUPT's forward runs once per process, not per image; each shard runs it for its own images; the merged
     summary.csv equals one run's, and a second run skips every stored result. The count was seen to fail (2) with

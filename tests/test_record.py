@@ -186,6 +186,7 @@ def test_a_replaced_image_is_recomputed_and_the_summary_follows_it(cli, workdir)
     assert new["predict_top1_probability"] == pytest.approx(single["results"][0]["result"]["top"][0]["probability"])
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_a_result_is_done_wherever_it_was_recorded_in_the_run_folder(cli, workdir):
     """Item 12: an unsharded run, then both shards: nothing is redone; and the other way round."""
     images = pictures(workdir / "pics", 3)
@@ -258,6 +259,7 @@ def assert_same_numbers(left: dict, right: dict) -> None:
                 assert right[method][key] == value, (method, key)
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_across_images_numbers_equal_a_fresh_runs_after_resume_extension_and_shards(cli, workdir):
     images = pictures(workdir / "pics", 3)
     config = write_config(workdir, images, FAITHFULNESS)
@@ -315,6 +317,7 @@ def test_summary_columns_follow_the_configured_order_and_number_naturally():
     assert configured == ["image", "image_sha256", "predict_x", "attention-b12.attend_x", "attention-b6.attend_x"]
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_the_terminal_summary_says_what_it_left_out_and_counts_in_words(cli, workdir, monkeypatch):
     import vitcli.batch.execute
 
@@ -330,6 +333,7 @@ def test_the_terminal_summary_says_what_it_left_out_and_counts_in_words(cli, wor
     assert ": 1 image (all numbers" in single.stdout.replace("\n", " ") or "1 image " in single.stdout
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_a_merged_manifest_covers_every_shards_images_and_a_refusal_names_the_difference(cli, workdir):
     """Item 11."""
     images = pictures(workdir / "pics", 3)

@@ -126,6 +126,7 @@ def test_a_bad_image_is_reported_in_the_manifest_and_the_run_goes_on(cli, photo,
     assert len(manifest["results"]) == 2
 
 
+@pytest.mark.slow  # several seconds: `make test` leaves it to CI's full run
 def test_shards_partition_the_images_and_merge_into_the_unsharded_summary(cli, photo, workdir):
     images = []
     for index in range(5):
