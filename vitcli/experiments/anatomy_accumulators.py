@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitcli.experiments.anatomy_math import MinibatchCka, attention_distance, min_max, principal_components
+from vitcli.experiments.anatomy_math import MinibatchCka, Moments, attention_distance, min_max
 from vitcli.experiments.anatomy_types import (
     CKA_EXAMPLE,
     CKA_MIN_IMAGES,
@@ -109,18 +109,27 @@ class CkaAccumulator:
 
 
 class PcaAccumulator:
+    """The folder's principal components from streamed moments (no decomposition of every row at the end); the rows
+    themselves are kept, as float32, because each image's RGB map needs the folder's components first."""
+
     def __init__(self, grid: PatchGrid, threshold: float):
         self.grid = grid
         self.threshold = threshold
         self.rows: list[np.ndarray] = []  # per batch: (B, patches, D) float32
+        self.moments: Moments | None = None
 
     def add(self, reading: Reading) -> None:
-        self.rows.append(reading.final[:, self.grid.num_prefix :].numpy())
+        patches = reading.final[:, self.grid.num_prefix :]
+        if self.moments is None:
+            self.moments = Moments(patches.shape[-1])
+        self.moments.add(patches.flatten(0, 1))
+        self.rows.append(patches.numpy())
 
     def finish(self, sources: list[ImageSource]) -> PcaResult:
+        assert self.moments is not None
         rows = np.concatenate(self.rows)  # (images, patches, D)
         images, patches, width = rows.shape
-        principal = principal_components(rows.reshape(-1, width), 3)
+        principal = self.moments.principal_components(3)
         projected = (rows.reshape(-1, width) - principal.mean) @ principal.components.T  # (images x patches, k)
         scaled = min_max(projected, axis=0).reshape(images, self.grid.rows, self.grid.cols, -1)
         rgb = np.zeros((*scaled.shape[:3], 3))

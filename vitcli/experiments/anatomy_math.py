@@ -171,6 +171,37 @@ def principal_components(samples: np.ndarray, count: int) -> Principal:
     return Principal(axes, ratio, singular[:count], mean)
 
 
+class Moments:
+    """The count, sum and sum of outer products of (n, features) samples fed in parts: their principal components
+    without keeping the samples (float64, so the centring afterwards loses nothing that matters here)."""
+
+    def __init__(self, features: int):
+        self.count = 0
+        self.total = np.zeros(features)
+        self.outer = np.zeros((features, features))
+
+    def add(self, samples: torch.Tensor) -> None:
+        samples = samples.double()
+        self.count += len(samples)
+        self.total += samples.sum(dim=0).numpy()
+        self.outer += (samples.T @ samples).numpy()
+
+    def principal_components(self, count: int) -> Principal:
+        """As `principal_components` of every sample fed: the eigenvectors of the covariance are the right singular
+        vectors of the centred samples, its eigenvalues their squared singular values over n."""
+        mean = self.total / self.count
+        scatter = self.outer - self.count * np.outer(mean, mean)  # sum of (x - mean)(x - mean)^T
+        values, vectors = np.linalg.eigh((scatter + scatter.T) / 2)
+        values, vectors = np.clip(values[::-1], 0, None), vectors[:, ::-1].T  # largest first
+        count = min(count, len(values))
+        axes = vectors[:count]
+        largest = np.abs(axes).argmax(axis=1)
+        axes = axes * np.sign(axes[np.arange(count), largest])[:, None]
+        total = values.sum()
+        ratio = values[:count] / total if total > 0 else np.zeros(count)
+        return Principal(axes, ratio, np.sqrt(values[:count]), mean)
+
+
 def min_max(values: np.ndarray, axis: int | None = None) -> np.ndarray:
     """values scaled to [0, 1] over `axis` (a constant becomes 0)."""
     values = np.asarray(values, dtype=np.float64)
