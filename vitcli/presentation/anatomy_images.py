@@ -19,7 +19,8 @@ from vitcli.render import is_random, weights_caption
 NO_LABEL = "weights: see the provenance"
 
 
-def _caption(result: Any) -> str:
+def images_caption(result: Any) -> str:
+    """The caption under a table of a result over images (pca and norms use it too): weights, images left out."""
     weights = getattr(result, "weights", None)
     caption = weights_caption(weights) if weights else NO_LABEL
     skipped = getattr(result, "skipped", [])
@@ -29,7 +30,7 @@ def _caption(result: Any) -> str:
     return caption
 
 
-def _images(sources: list[Any]) -> list[str]:
+def image_names(sources: list[Any]) -> list[str]:
     return [escaped_path(source.path) for source in sources]
 
 
@@ -42,7 +43,7 @@ class DistanceView(View):
         shown = Table(
             title=f"mean attention distance in pixels over {len(result.sources)} images (patch {result.grid.patch_size}"
             f", {result.grid.rows}x{result.grid.cols} grid)",
-            caption=_caption(result),
+            caption=images_caption(result),
         )
         shown.add_column("block", justify="right")
         for head in range(1, heads + 1):
@@ -79,7 +80,7 @@ class DistanceView(View):
             "renormalized": result.renormalized,
             "unit": "pixels of the model input",
             "grid": {"rows": grid.rows, "cols": grid.cols, "patch_size": grid.patch_size},
-            "images": _images(result.sources),
+            "images": image_names(result.sources),
             "mean": np.asarray(result.mean).tolist(),
             "per_image": np.asarray(result.per_image).tolist(),
         }
@@ -105,7 +106,7 @@ class DistanceView(View):
         if heads <= 16:
             panel.legend(fontsize=6, ncol=2, loc="lower right")
         title = f"mean attention distance over {len(result.sources)} images"
-        fig.suptitle(f"{title}\n{_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10)
         return fig
 
     @staticmethod
@@ -123,7 +124,7 @@ class CkaView(View):
     @staticmethod
     def table(result: Any) -> Any:
         blocks = result.matrix.shape[0]
-        shown = Table(title=f"linear CKA between blocks over {result.used} images", caption=_caption(result))
+        shown = Table(title=f"linear CKA between blocks over {result.used} images", caption=images_caption(result))
         shown.add_column("block", justify="right")
         for block in range(1, blocks + 1):
             shown.add_column(str(block), justify="right")
@@ -171,7 +172,7 @@ class CkaView(View):
         panel.set_xlabel("block")
         panel.set_ylabel("block")
         fig.colorbar(image, ax=panel, shrink=0.8, label="linear CKA")
-        fig.suptitle(f"CKA between blocks over {result.used} images\n{_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"CKA between blocks over {result.used} images\n{images_figure_note(result)}", fontsize=10)
         return fig
 
     @staticmethod
@@ -185,7 +186,7 @@ class CkaView(View):
         }
 
 
-def _figure_note(result: Any) -> str:
+def images_figure_note(result: Any) -> str:
     weights = getattr(result, "weights", None)
     if weights:
         return f"{weights} WEIGHTS: untrained model" if is_random(weights) else f"weights: {weights}"

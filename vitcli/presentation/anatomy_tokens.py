@@ -13,7 +13,7 @@ from rich.text import Text
 
 from vitcli.filenames import escaped_path
 from vitcli.presentation.anatomy import View
-from vitcli.presentation.anatomy_images import _caption, _figure_note, _images
+from vitcli.presentation.anatomy_images import image_names, images_caption, images_figure_note
 
 IMAGES_DRAWN = 16  # the PCA figure shows the first images; every image's map is in the CSV and rgb.npy
 OUTLIERS_SHOWN = 20  # rows of the norms table; all are in the CSV and JSON
@@ -33,7 +33,7 @@ class PcaView(View):
     def table(result: Any) -> Any:
         shown = Table(
             title=f"PCA of patch features over {len(result.sources)} images: components 1-3 as RGB",
-            caption=_caption(result),
+            caption=images_caption(result),
         )
         shown.add_column("image")
         shown.add_column(f"foreground patches (component 1 > {result.threshold:g})", justify="right")
@@ -77,7 +77,7 @@ class PcaView(View):
             "features": result.features,
             "threshold": result.threshold,
             "explained_variance_ratio": np.asarray(result.explained_variance_ratio).tolist(),
-            "images": _images(result.sources),
+            "images": image_names(result.sources),
             "foreground_patches": [int(mask.sum()) for mask in result.mask],
             "arrays": "rgb.npy (images, rows, cols, 3) and mask.npy (images, rows, cols) beside this file",
         }
@@ -108,7 +108,7 @@ class PcaView(View):
             panel.set_title(name if index % 2 == 0 else "foreground", fontsize=6)
         shown = f"the first {count} of {len(result.sources)}" if count < len(result.sources) else f"{count}"
         title = f"PCA of patch features to RGB, {shown} images; foreground: component 1 > {result.threshold:g}"
-        fig.suptitle(f"{title}\n{_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10)
         return fig
 
     @staticmethod
@@ -127,7 +127,7 @@ class NormsView(View):
         blocks = Table(
             title=f"token norms over {len(result.sources)} images: outliers above {result.factor:g} x the block's "
             "median",
-            caption=_caption(result),
+            caption=images_caption(result),
         )
         for column in ("block", "median", "max", "outliers"):
             blocks.add_column(column, justify="right")
@@ -189,7 +189,7 @@ class NormsView(View):
         return {
             "definition": result.note,
             "factor": result.factor,
-            "images": _images(result.sources),
+            "images": image_names(result.sources),
             "medians": np.asarray(result.medians).tolist(),
             "per_block": [
                 {"block": block + 1, "min": float(low), "median": float(mid), "q99": float(high), "max": float(top)}
@@ -219,7 +219,7 @@ class NormsView(View):
             panel.set_title(f"block {index + 1}", fontsize=7)
             panel.tick_params(labelsize=5)
         title = f"token norms per block over {len(result.sources)} images; dashed: {result.factor:g} x median"
-        fig.suptitle(f"{title}\n{_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10)
         return fig
 
     @staticmethod
