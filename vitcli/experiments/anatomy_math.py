@@ -24,25 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from vitcli.experiments.attention_summary import patch_distances
 from vitcli.grid import PatchGrid
 
 HSIC_MIN_EXAMPLES = 4  # the unbiased HSIC divides by (n - 3)
 
 
 # ----- attention distance
-
-
-def patch_centres(grid: PatchGrid) -> np.ndarray:
-    """(patches, 2) pixel coordinates (y, x) of every patch's centre, P1 first, in crop pixels."""
-    size = grid.patch_size
-    rows, cols = np.divmod(np.arange(grid.num_patches), grid.cols)
-    return np.stack([rows * size + size / 2, cols * size + size / 2], axis=1).astype(np.float64)
-
-
-def patch_distances(grid: PatchGrid) -> np.ndarray:
-    """(patches, patches) Euclidean distance in pixels between patch centres."""
-    centres = patch_centres(grid)
-    return np.sqrt(((centres[:, None, :] - centres[None, :, :]) ** 2).sum(axis=-1))
 
 
 def attention_distance(attention: np.ndarray | torch.Tensor, grid: PatchGrid) -> np.ndarray:
@@ -64,7 +52,7 @@ def _token_distances(grid: PatchGrid) -> torch.Tensor:
     attention. Kept per grid: a folder's every batch and block reads the same one."""
     tokens, first = grid.num_tokens, grid.num_prefix
     distances = torch.zeros(tokens, tokens, dtype=torch.float64)
-    distances[first:, first:] = torch.as_tensor(patch_distances(grid))
+    distances[first:, first:] = patch_distances(grid) * grid.patch_size  # attend's distances, in pixels
     return distances.flatten()
 
 
