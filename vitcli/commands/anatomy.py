@@ -38,6 +38,13 @@ DEFAULT_PCA_THRESHOLD = 0.5  # on the first component min-max scaled over the se
 DEFAULT_CKA_MINIBATCH = 32
 MIN_CKA_IMAGES = 4  # the unbiased HSIC estimator needs at least 4 examples
 MAX_CKA_MINIBATCH = 4096
+# The one option a view's result depends on: its Survey attribute (and settings key), its short name in the result's
+# name, and the type the name is written from.
+VIEW_SETTING: dict[View, tuple[str, str, type]] = {
+    View.norms: ("norm_factor", "f", float),
+    View.pca: ("pca_threshold", "t", float),
+    View.cka: ("cka_minibatch", "mb", int),
+}
 
 
 class AnatomyJob(Job):
@@ -55,22 +62,16 @@ class AnatomyJob(Job):
         check_image_count(self.view, count)
 
     def name(self) -> str:
-        if self.view is View.norms:
-            return result_name("anatomy-norms", setting("f", float(self.survey.norm_factor)))
-        if self.view is View.pca:
-            return result_name("anatomy-pca", setting("t", float(self.survey.pca_threshold)))
-        if self.view is View.cka:
-            return result_name("anatomy-cka", setting("mb", self.survey.cka_minibatch))
-        return result_name(f"anatomy-{self.view.value}")
+        if self.view not in VIEW_SETTING:
+            return result_name(f"anatomy-{self.view.value}")
+        key, short, kind = VIEW_SETTING[self.view]
+        return result_name(f"anatomy-{self.view.value}", setting(short, kind(getattr(self.survey, key))))
 
     def settings(self) -> dict[str, Any]:
         chosen: dict[str, Any] = {"view": self.view.value}
-        if self.view is View.norms:
-            chosen["norm_factor"] = self.survey.norm_factor
-        if self.view is View.pca:
-            chosen["pca_threshold"] = self.survey.pca_threshold
-        if self.view is View.cka:
-            chosen["cka_minibatch"] = self.survey.cka_minibatch
+        if self.view in VIEW_SETTING:
+            key = VIEW_SETTING[self.view][0]
+            chosen[key] = getattr(self.survey, key)
         return chosen
 
     def compute_once(self, model: Any) -> Any:
