@@ -109,8 +109,8 @@ def test_resampling_the_last_mlp_puts_the_other_images_output_in_the_sum(layer_s
     """Resample 3.mlp of `photo` from the other reference: the logits of (rows entering block 3 + its attention
     output, both of photo) + the MLP output of the other image, summed and read here. Seen failing with the
     resampled image chosen as the image itself."""
+    from vitcli.capture import caching
     from vitcli.experiments.ablation import resample_source
-    from vitcli.experiments.components import caching
 
     net = layer_scale.net
     source = resample_source([photo, newfoundland], photo)

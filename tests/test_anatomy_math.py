@@ -14,12 +14,12 @@ import pytest
 import timm
 import torch
 
+from vitcli.capture import caching
 from vitcli.experiments import anatomy_math as am
 from vitcli.experiments.anatomy_accumulators import CkaAccumulator
 from vitcli.experiments.anatomy_images import measure, read_batch
 from vitcli.experiments.anatomy_weights import filters, positions
 from vitcli.experiments.attention import attend, parse_query
-from vitcli.experiments.components import caching
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel

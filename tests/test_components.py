@@ -1,4 +1,4 @@
-"""The named sites of vitcli.experiments.components: what they hold adds up as a pre-norm block adds it, a hook's
+"""The named sites of vitcli.capture: what they hold adds up as a pre-norm block adds it, a hook's
 return value replaces the activation, and hooks never outlive their `with`."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vitcli.experiments.components import Part, caching, hooks, logits_from, pre_norm_refusal, replaced
+from vitcli.capture import Part, caching, hooks, logits_from, pre_norm_refusal, replaced
 
 from conftest import small_vit
 

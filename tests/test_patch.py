@@ -17,8 +17,8 @@ import pytest
 import torch
 from scipy.stats import pearsonr, spearmanr
 
+from vitcli.capture import pre_norm_refusal
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.components import pre_norm_refusal
 from vitcli.experiments.patching import (
     Site,
     attribution_deltas,

@@ -29,6 +29,7 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
+from vitcli.capture import family_of
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.model import VitModel, patch_grid
@@ -170,9 +171,13 @@ def require_vit(name: str) -> VisionTransformer:
         skeleton = timm.create_model(name, pretrained=False, device="meta", weight_init="skip")
     except TypeError:  # not a VisionTransformer: its constructor takes no weight_init
         skeleton = timm.create_model(name, pretrained=False, device="meta")
-    if not isinstance(skeleton, VisionTransformer):
-        raise UsageError(f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs")
-    if skeleton.cls_token is None:
+    try:
+        family_of(skeleton)
+    except ValueError as error:
+        raise UsageError(
+            f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs"
+        ) from error
+    if getattr(skeleton, "cls_token", None) is None:
         raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
     if type(skeleton.patch_embed) is not PatchEmbed:
         raise UsageError(

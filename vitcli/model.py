@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812  (the usual name)
 from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
-from torch import Tensor
+from torch import Tensor, nn
 
+from vitcli.capture import family_of
 from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
 from vitcli.grid import PatchGrid
@@ -86,9 +87,11 @@ class VitModel:
         steps = list(transform.transforms)
         self._to_crop = type(transform)(steps[:-1])
         self._normalize = steps[-1]
-        self.grid = patch_grid(net)
+        self.family = family_of(net)
+        self.grid = self.family.grid()
         # Decided once per model: trace() asks for every batch.
-        self._attention_refusal = _attention_refusal(net, spec.model_name)
+        reason = self.family.refusal()
+        self._attention_refusal = None if reason is None else f"cannot capture attention in {spec.model_name}: {reason}"
 
     # ----- facts about the architecture
 
@@ -98,19 +101,19 @@ class VitModel:
 
     @property
     def depth(self) -> int:
-        return len(self.net.blocks)
+        return len(self.family.blocks())
 
     @property
     def num_heads(self) -> int:
-        return self.net.blocks[0].attn.num_heads
+        return self.family.places()[0].heads
 
     @property
     def embed_dim(self) -> int:
-        return self.net.embed_dim
+        return self.family.width
 
     @property
     def num_classes(self) -> int:
-        return self.net.num_classes
+        return self.family.num_classes
 
     @property
     def mean(self) -> tuple[float, float, float]:
@@ -390,33 +393,9 @@ def state_dict_sha256(state: dict[str, Tensor]) -> str:
     return digest.hexdigest()
 
 
-def _attention_refusal(net: VisionTransformer, name: str) -> str | None:
-    """Why the explicit forward cannot follow this model's blocks, or None: it writes out timm's standard ones."""
-    for index, block in enumerate(net.blocks):
-        attention = getattr(block, "attn", None)
-        if type(block) is not Block or type(attention) is not Attention or attention.gate is not None:
-            return (
-                f"cannot capture attention in {name}: block {index + 1} is a {type(block).__name__} "
-                f"with {type(attention).__name__}; vitcli follows timm's standard Block and Attention"
-            )
-    return None
-
-
-def patch_grid(net: VisionTransformer) -> PatchGrid:
-    """The patch grid of a net (loaded or a meta skeleton): its own input size, else its data config's, and the
-    names of its prefix tokens."""
-    height, width = net.patch_embed.img_size or timm.data.resolve_data_config(model=net)["input_size"][1:]
-    return PatchGrid(height, width, net.patch_embed.patch_size[0], prefix_names(net))
-
-
-def prefix_names(net: VisionTransformer) -> tuple[str, ...]:
-    names = ["CLS"]
-    if getattr(net, "dist_token", None) is not None:
-        names.append("DIST")
-    names.extend(f"R{index + 1}" for index in range(net.num_reg_tokens))  # registers R1..Rn
-    if len(names) != net.num_prefix_tokens:
-        raise VitcliError(f"cannot name the {net.num_prefix_tokens} prefix tokens of {type(net).__name__}")
-    return tuple(names)
+def patch_grid(net: nn.Module) -> PatchGrid:
+    """The patch grid of a net (loaded or a meta skeleton) with the names of its prefix tokens, by its family."""
+    return family_of(net).grid()
 
 
 def _plain(value: Any) -> Any:

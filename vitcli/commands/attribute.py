@@ -43,7 +43,7 @@ class AttributeJob(Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        from vitcli.experiments.components import require_pre_norm
+        from vitcli.capture import require_pre_norm
         from vitcli.experiments.readout import readout_refusal
 
         skeleton = require_pre_norm(architecture.name)

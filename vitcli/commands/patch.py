@@ -54,8 +54,8 @@ class PatchJob(Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
+        from vitcli.capture import require_pre_norm
         from vitcli.classes import resolve_contrast
-        from vitcli.experiments.components import require_pre_norm
 
         self.target = resolve_target_text(architecture, self.target_text)
         self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)

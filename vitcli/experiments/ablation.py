@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitcli.experiments.components import (
+from vitcli.capture import (
     Part,
     caching,
     head_site,

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitcli.capture import hooks, pattern_site
 from vitcli.experiments.anatomy_accumulators import (
     CkaAccumulator,
     DistanceAccumulator,
@@ -46,7 +47,6 @@ from vitcli.experiments.anatomy_types import (  # noqa: F401  (re-exported: the 
     NormsResult,
     PcaResult,
 )
-from vitcli.experiments.components import hooks, pattern_site
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 

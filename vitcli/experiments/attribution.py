@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vitcli.capture import caching
 from vitcli.errors import VitcliError
-from vitcli.experiments.components import caching
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.experiments.readout import LinearReadout, linear_readout
 from vitcli.grid import PatchGrid

@@ -6,7 +6,7 @@ changes nothing. Patched runs are batched (one row per site) and start at the ea
 CORRUPT's rows entering it (the blocks before are CORRUPT's own run). Attribution patching estimates every site at
 once from one forward of each image and one backward of CORRUPT's M: (a_clean - a_corrupt) . dM/da.
 
-The sites are vitcli.experiments.components' named hook sites (blocks count from one):
+The sites are vitcli.capture' named hook sites (blocks count from one):
 - `residual`: blocks.B.hook_resid_pre, the row of token t entering the block (CLS is token 0, Pn is token n), or
   every row;
 - `attention`, `mlp`: blocks.B.hook_attn_out / hook_mlp_out, what the sublayer adds to the residual, every token
@@ -27,8 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.components import (
+from vitcli.capture import (
     Part,
     caching,
     head_site,
@@ -39,6 +38,7 @@ from vitcli.experiments.components import (
     resid_pre_site,
     sublayer_site,
 )
+from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.experiments.trace import full_float32
 from vitcli.grid import PatchGrid

@@ -1,0 +1,18 @@
+"""Which family adapter wraps a network: decided by the network's class, without importing optional libraries."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from vitcli.capture.family import Family
+
+
+def family_of(net: nn.Module) -> Family:
+    """The adapter for `net`, or ValueError naming its class when vitcli has none."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    from vitcli.capture.families.timm_vit import TimmViT
+
+    if isinstance(net, VisionTransformer):
+        return TimmViT(net)
+    raise ValueError(f"vitcli has no adapter for {type(net).__name__}")
