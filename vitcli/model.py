@@ -90,8 +90,7 @@ class VitModel:
         self.family = family_of(net)
         self.grid = self.family.grid()
         # Decided once per model: trace() asks for every batch.
-        reason = self.family.refusal()
-        self._attention_refusal = None if reason is None else f"cannot capture attention in {spec.model_name}: {reason}"
+        self._attention_refusal = _attention_refusal(net, spec.model_name)
 
     # ----- facts about the architecture
 
@@ -391,6 +390,20 @@ def state_dict_sha256(state: dict[str, Tensor]) -> str:
         tensor = state[name].detach().cpu().contiguous()
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def _attention_refusal(net: nn.Module, name: str) -> str | None:
+    """Why the explicit forward cannot follow this model's blocks, or None: it writes out timm's standard ones."""
+    if not isinstance(net, VisionTransformer):
+        return f"cannot write out the forward of {name} ({type(net).__name__}): the explicit forward follows timm's ViT"
+    for index, block in enumerate(net.blocks):
+        attention = getattr(block, "attn", None)
+        if type(block) is not Block or type(attention) is not Attention or attention.gate is not None:
+            return (
+                f"cannot capture attention in {name}: block {index + 1} is a {type(block).__name__} "
+                f"with {type(attention).__name__}; vitcli follows timm's standard Block and Attention"
+            )
+    return None
 
 
 def patch_grid(net: nn.Module) -> PatchGrid:
