@@ -98,6 +98,9 @@ class TimmViT(Family):
         super().__init__(net)
         if getattr(net, "attn_pool", None) is not None:
             self.model_sites = self.model_sites | {"pool.hook_pattern"}
+        if getattr(net, "head_dist", None) is not None:
+            # DeiT's distilled head averages two heads' logits and never calls fc_norm: no pooled vector to hook.
+            self.model_sites = self.model_sites - {"pool.hook_out"}
 
     def refusal(self) -> str | None:
         for index, block in enumerate(self.net.blocks):
@@ -184,6 +187,13 @@ class TimmViT(Family):
             "hook_resid_post": lambda: Tap(block, "output"),
         }
         return taps[kind]()
+
+    def attention_from_heads(self, number: int, heads: Tensor) -> Tensor:
+        attention = self.net.blocks[number - 1].attn
+        return attention.proj(attention.norm(heads.flatten(-2)))
+
+    def own_attention(self, number: int, normed: Tensor) -> Tensor:
+        return self.net.blocks[number - 1].attn(normed)
 
     def model_tap(self, kind: str) -> Tap:
         net = self.net
