@@ -100,6 +100,23 @@ def test_pattern_equals_timms_non_fused_probabilities_at_attn_drop(form):
     assert all(block.attn.fused_attn for block in net.blocks), "caching restores the fused path"
 
 
+def test_the_written_out_attention_equals_the_sites_and_the_module(form):
+    """The family's explicit attention (attend's and trace's) on a block's ln1 rows: its pattern is the captured one,
+    its output the module's own, without calling the attention module."""
+    _, net, inputs = form
+    family = family_of(net)
+    with torch.no_grad():
+        with caching(net, sites_of_every_block(net, [*ATTENTION_SITES, "attn.hook_q", "attn.hook_k"])) as cache:
+            net(inputs)
+        for number in range(1, len(net.blocks) + 1):
+            normed = cache[block_site(number, "ln1.hook_normalized")]
+            q, k, v, pattern, output = family.explicit_attention(number, normed)
+            for kind, written in (("q", q), ("k", k), ("v", v)):
+                assert torch.equal(written.transpose(1, 2), cache[block_site(number, f"attn.hook_{kind}")])
+            assert (pattern - cache[pattern_site(number)]).abs().max() < PATTERN_TOLERANCE
+            assert relative(output, family.own_attention(number, normed)) < RELATIVE
+
+
 def test_zero_ablation_at_z_equals_the_weight_edit(form):
     _, net, inputs = form
     attention = net.blocks[1].attn

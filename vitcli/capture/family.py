@@ -145,6 +145,12 @@ class Family(ABC):
         value of attn.hook_z: what the module does after the pattern has mixed the values."""
         raise NotImplementedError(f"{self.name} does not write out its attention output")
 
+    def explicit_attention(self, number: int, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Block `number`'s attention written out on the rows it reads (the "explicit_forward" feature): q, k, v
+        (batch, heads, tokens, d), the pattern (batch, heads, tokens, tokens) and the module's output, without calling
+        the attention module itself."""
+        raise NotImplementedError(f"{self.name} has no explicit forward")
+
     def own_attention(self, number: int, normed: Tensor) -> Tensor:
         """Block `number`'s attention module called on the rows it reads (ln1.hook_normalized), on its own (fused)
         path."""

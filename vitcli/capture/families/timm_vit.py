@@ -16,6 +16,7 @@ from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
+from vitcli.capture.checks import attention_output
 from vitcli.capture.family import BlockPlace, Family, Tap
 from vitcli.grid import PatchGrid
 
@@ -191,6 +192,15 @@ class TimmViT(Family):
     def attention_from_heads(self, number: int, heads: Tensor) -> Tensor:
         attention = self.net.blocks[number - 1].attn
         return attention.proj(attention.norm(heads.flatten(-2)))
+
+    def explicit_attention(self, number: int, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        module = self.net.blocks[number - 1].attn
+        batch, tokens, _ = normed.shape
+        qkv = module.qkv(normed).reshape(batch, tokens, 3, module.num_heads, module.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = module.q_norm(q), module.k_norm(k)
+        pattern = ((q @ k.transpose(-2, -1)) * module.scale).softmax(dim=-1)
+        return q, k, v, pattern, attention_output(self, number, pattern, v.transpose(1, 2))
 
     def own_attention(self, number: int, normed: Tensor) -> Tensor:
         return self.net.blocks[number - 1].attn(normed)
