@@ -146,7 +146,8 @@ class Kept:
 
 @contextmanager
 def caching_with_gradients(net: nn.Module | Family, sites: Sequence[str]) -> Iterator[Kept]:
-    """The activations at `sites` of the last forward inside the `with` and the gradients a backward sends them."""
+    """The activations at `sites` of the last forward inside the `with` and the gradients a backward sends them.
+    Only sites that can be replaced get gradients: elsewhere the forward goes on from the module's own tensor."""
     kept = Kept()
 
     def keeper(site: str) -> Hook:
