@@ -7,7 +7,8 @@ final LayerNorm's scale frozen (vitcli.experiments.readout) the metric is exactl
 forward captures every component, and the result carries the reconstruction against the model's own logits.
 
 By token (one block B): head h's output at row r is sum over sources j of A_h[r, j] v_j W_O,h^T, so each source
-token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out, with A_h and v captured in the same forward.
+token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out; the attention is recomputed from norm1's output
+(the family's written-out attention, attend's).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def attribute(
     sites = ["blocks.1.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
     sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_attn_out", "hook_mlp_out")]
     if by == TOKEN:
-        sites += [f"blocks.{block}.attn.hook_pattern", f"blocks.{block}.attn.hook_v"]
+        sites.append(f"blocks.{block}.ln1.hook_normalized")
     with torch.inference_mode(), caching(net, sites) as cache:
         logits = net(prepared.input[None].to(model.device))[0].float().cpu()
     cache = {site: activation[0].double().cpu() for site, activation in cache.items()}
@@ -176,11 +177,13 @@ def _terms(
 
 def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> list[Term]:
     """Each (head, source token) part of block `block`'s head terms."""
-    attention = cache[f"blocks.{block}.attn.hook_pattern"]  # (heads, rows, sources)
-    v = cache[f"blocks.{block}.attn.hook_v"]  # (sources, heads, head_dim)
+    weight = model.net.blocks[block - 1].attn.qkv.weight
+    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(weight)
+    with torch.inference_mode():
+        _, _, v, attention, _ = model.family.explicit_attention(block, normed)
     per_head, _ = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
     # part[h, j] = sum over rows r of A_h[r, j] (v_j,h . per_head[r, h]): source j's value as row r reads it
-    parts = torch.einsum("hrj,jhd,rhd->hj", attention, v, per_head)
+    parts = torch.einsum("hrj,hjd,rhd->hj", attention[0].double().cpu(), v[0].double().cpu(), per_head)
     return [
         Term(TOKEN, block, h + 1, j, float(parts[h, j])) for h in range(parts.shape[0]) for j in range(parts.shape[1])
     ]
