@@ -1,8 +1,9 @@
 """The model wrapper every command shares: loading a timm ViT, preprocessing, forwards and an explicit forward.
 
-`VitModel.trace` recomputes the forward by hand (channel-major patch flattening times W_E, softmax(q k^T * scale)
-per head) so that every intermediate row can be shown; `VitModel.logits` runs the model's own (fused) forward.
-Tests check that the two agree.
+`VitModel.trace` recomputes the forward by hand (channel-major patch flattening times W_E, each block's attention as
+its family adapter writes it out: softmax(q k^T * scale) per head) so that every intermediate row can be shown;
+`VitModel.logits` runs the model's own (fused) forward. The capture layer's self-check and tests hold the two to
+agree.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any
 import timm
 import torch
 import torch.nn.functional as F  # noqa: N812  (the usual name)
-from timm.layers import Attention, PatchEmbed
+from timm.layers import PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
-from vitcli.capture import family_of
+from vitcli.capture import attention_self_check, family_of
 from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
 from vitcli.grid import PatchGrid
@@ -328,7 +329,7 @@ class VitModel:
             hidden = tokens
             for index, block in enumerate(net.blocks[:stop]):
                 normed = block.norm1(hidden)
-                q, k, v, attention, attention_output = explicit_attention(block.attn, normed)
+                q, k, v, attention, attention_output = self.family.explicit_attention(index + 1, normed)
                 after_attention = hidden + block.drop_path1(block.ls1(attention_output))
                 output = after_attention + block.drop_path2(block.ls2(block.mlp(block.norm2(after_attention))))
                 if index in kept:
@@ -341,29 +342,14 @@ class VitModel:
         return trace
 
     def attention_self_check(self, block: BlockTrace) -> Tensor:
-        """Per image of a traced batch, the largest |explicit - model's own| attention-module output: (B,) float64.
-
-        One call of the module over the whole batch.
-        """
-        with torch.inference_mode():
-            own = self.net.blocks[block.index].attn(block.normed.to(self.device)).cpu()
-        return (own.double() - block.attention_output.double()).abs().flatten(1).amax(dim=1)
+        """Per image of a traced batch, the largest |explicit - model's own| attention-module output: (B,) float64,
+        by the capture layer's check (one call of the module over the whole batch)."""
+        return attention_self_check(self.family, block.index + 1, block.normed, block.attention_output)
 
     def require_standard_blocks(self) -> None:
         """Refuse models whose blocks the explicit forward cannot reproduce (decided once, when the model was built)."""
         if self._attention_refusal is not None:
             raise VitcliError(self._attention_refusal)
-
-
-def explicit_attention(module: Attention, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """q, k, v per head, softmax(q k^T * scale) over all sources, and the module's output, written out."""
-    batch, tokens, _ = normed.shape
-    qkv = module.qkv(normed).reshape(batch, tokens, 3, module.num_heads, module.head_dim)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    q, k = module.q_norm(q), module.k_norm(k)
-    attention = ((q @ k.transpose(-2, -1)) * module.scale).softmax(dim=-1)
-    mixed = (attention @ v).transpose(1, 2).reshape(batch, tokens, module.attn_dim)
-    return q, k, v, attention, module.proj(module.norm(mixed))
 
 
 def row_0_of_block(block: Block, rows: Tensor) -> Tensor:

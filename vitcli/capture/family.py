@@ -138,6 +138,24 @@ class Family(ABC):
         """The Tap of model site `kind` (a key of capture.sites.MODEL_SITES)."""
         raise KeyError(kind)
 
+    # ----- the attention module around its pattern (the self-check every attention view prints)
+
+    def attention_from_heads(self, number: int, heads: Tensor) -> Tensor:
+        """Block `number`'s attention-module output made from its heads' outputs (batch, tokens, heads, d), the
+        value of attn.hook_z: what the module does after the pattern has mixed the values."""
+        raise NotImplementedError(f"{self.name} does not write out its attention output")
+
+    def explicit_attention(self, number: int, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Block `number`'s attention written out on the rows it reads (the "explicit_forward" feature): q, k, v
+        (batch, heads, tokens, d), the pattern (batch, heads, tokens, tokens) and the module's output, without calling
+        the attention module itself."""
+        raise NotImplementedError(f"{self.name} has no explicit forward")
+
+    def own_attention(self, number: int, normed: Tensor) -> Tensor:
+        """Block `number`'s attention module called on the rows it reads (ln1.hook_normalized), on its own (fused)
+        path."""
+        raise NotImplementedError(f"{self.name} does not call its attention modules alone")
+
     def describe(self) -> dict[str, Any]:
         """Facts for docs/models.md and the JSON: the family, grid, prefix tokens, pooling, classes."""
         grid = self.grid()

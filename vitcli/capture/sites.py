@@ -23,7 +23,9 @@ reads. Hierarchical families (Swin) keep their own row layout at the block sites
 `hooks(net, {site: function})` calls function(activation) during every forward inside the `with`; a function that
 returns a tensor replaces the activation (same shape), one that returns None only reads it. `caching(net, sites)`
 keeps activations in a dict (the very tensors the rest of the forward reads, so gradients with respect to them can
-be taken). Hooks are removed on leaving the `with`, in reverse order, whatever happens.
+be taken); `caching_with_gradients` keeps their gradients too, as a backward reaches them. `unfused_attention(net)`
+runs every block's explicit attention path without keeping anything. Hooks are removed on leaving the `with`, in
+reverse order, whatever happens.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import Tensor, nn
@@ -130,6 +133,50 @@ def caching(net: nn.Module | Family, sites: Sequence[str]) -> Iterator[dict[str,
 
     with hooks(net, {site: keeper(site) for site in sites}):
         yield cache
+
+
+@dataclass
+class Kept:
+    """What caching_with_gradients keeps: the activations of the last forward and, once a backward has reached
+    them, their gradients, by site name (both detached)."""
+
+    activations: dict[str, Tensor] = field(default_factory=dict)
+    gradients: dict[str, Tensor] = field(default_factory=dict)
+
+
+@contextmanager
+def caching_with_gradients(net: nn.Module | Family, sites: Sequence[str]) -> Iterator[Kept]:
+    """The activations at `sites` of the last forward inside the `with` and the gradients a backward sends them.
+    Only sites that can be replaced get gradients: elsewhere the forward goes on from the module's own tensor."""
+    kept = Kept()
+
+    def keeper(site: str) -> Hook:
+        def keep(activation: Tensor) -> Tensor:
+            kept.activations[site] = activation.detach()
+            if activation.requires_grad:
+                activation.register_hook(lambda gradient: kept.gradients.__setitem__(site, gradient.detach()))
+            return activation  # what follows reads this tensor, so the gradient reaching it is the site's
+
+        return keep
+
+    with hooks(net, {site: keeper(site) for site in sites}):
+        yield kept
+
+
+@contextmanager
+def unfused_attention(net: nn.Module | Family) -> Iterator[None]:
+    """Every block on its family's explicit attention path (the one that forms the probabilities) while the `with`
+    lasts; restored after, whatever happens. Nothing is kept."""
+    from vitcli.capture.families import family_of
+
+    family = net if isinstance(net, Family) else family_of(net)
+    depth = len(family.blocks())
+    with hooks(family, {pattern_site(number): _read_nothing for number in range(1, depth + 1)}):
+        yield
+
+
+def _read_nothing(_activation: Tensor) -> None:
+    return None
 
 
 def _register(site: str, where: Tap, function: Hook) -> list[Callable[[], None]]:

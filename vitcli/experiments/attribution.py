@@ -7,7 +7,8 @@ final LayerNorm's scale frozen (vitcli.experiments.readout) the metric is exactl
 forward captures every component, and the result carries the reconstruction against the model's own logits.
 
 By token (one block B): head h's output at row r is sum over sources j of A_h[r, j] v_j W_O,h^T, so each source
-token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out; the attention is recomputed from norm1's output.
+token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out; the attention is recomputed from norm1's output
+(the family's written-out attention, attend's).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from vitcli.experiments.occlusion import ClassProbability
 from vitcli.experiments.readout import LinearReadout, linear_readout
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
-from vitcli.model import PreparedImage, VitModel, explicit_attention
+from vitcli.model import PreparedImage, VitModel
 
 RECONSTRUCTION_TOLERANCE = 1e-4
 EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS, TOKEN = "embedding", "attn", "mlp", "head", "attn bias", "token"
@@ -176,10 +177,10 @@ def _terms(
 
 def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> list[Term]:
     """Each (head, source token) part of block `block`'s head terms."""
-    module = model.net.blocks[block - 1]
-    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(module.attn.qkv.weight)
+    weight = model.net.blocks[block - 1].attn.qkv.weight
+    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(weight)
     with torch.inference_mode():
-        _, _, v, attention, _ = explicit_attention(module.attn, normed)
+        _, _, v, attention, _ = model.family.explicit_attention(block, normed)
     per_head, _ = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
     # part[h, j] = sum over rows r of A_h[r, j] (v_j,h . per_head[r, h]): source j's value as row r reads it
     parts = torch.einsum("hrj,hjd,rhd->hj", attention[0].double().cpu(), v[0].double().cpu(), per_head)

@@ -17,6 +17,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
+from vitcli.capture import block_site, caching, resid_pre_site
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.experiments.trace import full_float32
@@ -126,7 +127,7 @@ class PairTrajectory:
     patch_mean_cosine: list[float]  # between the means of the patch rows
     patch_mean_distance: list[float]
     cls_input_distance: float  # L2 between the CLS rows entering block 1 (parameter + position: identical)
-    first_query_distance: float  # L2 between the CLS queries of block 1, all heads
+    first_query_distance: float  # L2 between the CLS queries of block 1 (attn.hook_q: after any q norm), all heads
     first_differing_block: int | None  # first block whose CLS output rows differ (DIFFER_TOLERANCE); None: never
 
 
@@ -207,44 +208,27 @@ def compare_images(
 
 
 def _forward(model: VitModel, inputs: list[Tensor]) -> dict[str, Tensor]:
-    """The model's own forward, batched, with hooks: CLS rows and patch-row means at every depth, block 1's CLS query,
-    the final normalized rows, the head's input and the logits (all on the CPU, float32). Memory grows by what is
-    kept per image (its final rows, 197 x D): each chunk's inputs are stacked on their own, and what is kept of a
-    chunk's block outputs is copied out of them (a view would hold every block's rows alive)."""
+    """The model's own forward, batched, through the capture layer: CLS rows and patch-row means at every depth,
+    block 1's CLS query, the final normalized rows, the head's input and the logits (all on the CPU, float32). Memory
+    grows by what is kept per image (its final rows, 197 x D): each chunk's inputs are stacked on their own, and what
+    is kept of a chunk's block outputs is copied out of them (a view would hold every block's rows alive)."""
     net, prefix = model.net, model.grid.num_prefix
+    depth_sites = [resid_pre_site(1)] + [block_site(block, "hook_resid_post") for block in range(1, model.depth + 1)]
+    query_site = block_site(1, "attn.hook_q")
+    sites = [*depth_sites, query_site, "ln_final.hook_normalized", "head.hook_in"]
     parts: dict[str, list[Tensor]] = {name: [] for name in ("cls", "patch_mean", "query", "final", "head_input")}
-    depth_rows: list[Tensor] = []
-
-    def rows(_module, args, output):
-        depth_rows.append(output.detach().float().cpu())
-
-    def first_input(_module, args):
-        depth_rows.append(args[0].detach().float().cpu())
-
-    def query(_module, args, output):
-        parts["query"].append(output[:, 0, : net.blocks[0].attn.attn_dim].detach().float().cpu().clone())
-
-    handles = [net.blocks[0].register_forward_pre_hook(first_input)]
-    handles += [block.register_forward_hook(rows) for block in net.blocks]
-    handles.append(net.blocks[0].attn.qkv.register_forward_hook(query))
-    handles.append(net.norm.register_forward_hook(lambda m, a, out: parts["final"].append(out.detach().float().cpu())))
-    handles.append(
-        net.head.register_forward_hook(lambda m, a, out: parts["head_input"].append(a[0].detach().float().cpu()))
-    )
     logits = []
-    try:
-        with torch.inference_mode(), full_float32():
-            for start in range(0, len(inputs), model.batch_size):
-                depth_rows.clear()
-                chunk = torch.stack(inputs[start : start + model.batch_size])
-                logits.append(net(chunk.to(model.device)).float().cpu())
-                # (batch, depth + 1, D), copied by stack
-                parts["cls"].append(torch.stack([rows[:, 0] for rows in depth_rows], dim=1))
-                parts["patch_mean"].append(torch.stack([rows[:, prefix:].mean(1) for rows in depth_rows], dim=1))
-            depth_rows.clear()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with torch.inference_mode(), full_float32(), caching(net, sites) as cache:
+        for start in range(0, len(inputs), model.batch_size):
+            chunk = torch.stack(inputs[start : start + model.batch_size])
+            logits.append(net(chunk.to(model.device)).float().cpu())
+            depth_rows = [cache[site].float().cpu() for site in depth_sites]
+            # (batch, depth + 1, D), copied by stack
+            parts["cls"].append(torch.stack([rows[:, 0] for rows in depth_rows], dim=1))
+            parts["patch_mean"].append(torch.stack([rows[:, prefix:].mean(1) for rows in depth_rows], dim=1))
+            parts["query"].append(cache[query_site][:, 0].flatten(-2).float().cpu().clone())  # heads joined
+            parts["final"].append(cache["ln_final.hook_normalized"].float().cpu())
+            parts["head_input"].append(cache["head.hook_in"].float().cpu())
     captured = {name: torch.cat(values).cpu() for name, values in parts.items()}
     captured["logits"] = torch.cat(logits)
     return captured

@@ -2,24 +2,24 @@
 rollout and occlusion, optionally scored by deletion and insertion curves.
 
 The gradient methods share one forward and one backward of the target logit (not its probability) through the
-model's own modules: hooks keep the attention softmax outputs (timm's fused attention is switched off for that
-pass only, since it never forms the weights) and the output of `blocks[B-1].norm1`, and tensor hooks keep their
-gradients. The logits of that pass must equal the model's normal eval forward within OUTPUT_TOLERANCE; the result
-carries the difference. Every map keeps its raw values: nothing is min-max normalized here.
+model's own modules: the capture layer keeps the attention probabilities of every block (attn.hook_pattern: the
+fused attention is switched off for that pass only, since it never forms them) and block B's ln1.hook_normalized,
+with their gradients. The logits of that pass must equal the model's normal eval forward within OUTPUT_TOLERANCE;
+the result carries the difference. Every map keeps its raw values: nothing is min-max normalized here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from vitcli.capture import block_site, caching_with_gradients, pattern_site
+from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.attention import patch_map
 from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
@@ -106,48 +106,6 @@ def count_work(
 # ----- the hooked forward and backward
 
 
-@contextmanager
-def unfused_attention(net: nn.Module) -> Iterator[None]:
-    """timm's explicit softmax path in every block while the context lasts; the fused flags are restored after."""
-    modules = [block.attn for block in net.blocks]
-    saved = [module.fused_attn for module in modules]
-    try:
-        for module in modules:
-            module.fused_attn = False
-        yield
-    finally:
-        for module, fused in zip(modules, saved, strict=True):
-            module.fused_attn = fused
-
-
-class OutputsAndGradients:
-    """Forward hooks keeping each module's output and, through a tensor hook on it, that output's gradient."""
-
-    def __init__(self, modules: Sequence[nn.Module]):
-        self.modules = list(modules)
-        self.outputs: list[Tensor | None] = [None] * len(self.modules)
-        self.gradients: list[Tensor | None] = [None] * len(self.modules)
-        self._handles: list[Any] = []
-
-    def __enter__(self) -> OutputsAndGradients:
-        for index, module in enumerate(self.modules):
-            self._handles.append(module.register_forward_hook(partial(self._keep_output, index)))
-        return self
-
-    def __exit__(self, *exception: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def _keep_output(self, index: int, module: nn.Module, inputs: Any, output: Tensor) -> None:
-        self.outputs[index] = output.detach()
-        if output.requires_grad:
-            output.register_hook(partial(self._keep_gradient, index))
-
-    def _keep_gradient(self, index: int, gradient: Tensor) -> None:
-        self.gradients[index] = gradient.detach()
-
-
 @dataclass
 class GradientCapture:
     """One image's hooked pass; tensors on the CPU, batch dimension removed."""
@@ -176,24 +134,22 @@ def capture_gradients(
     eval_logits: the model's eval forward of the image, when already computed (else it runs here).
     """
     net = model.net
-    attention_modules = [block.attn.attn_drop for block in net.blocks] if attention else []
-    feature_modules = [net.blocks[feature_block - 1].norm1] if feature_block is not None else []
+    attention_sites = [pattern_site(number) for number in range(1, model.depth + 1)] if attention else []
+    feature_sites = [block_site(feature_block, "ln1.hook_normalized")] if feature_block is not None else []
     dtype = next(net.parameters()).dtype
     # A copy that requires grad: the graph reaches the input whatever the parameters' flags, and autograd.grad to
     # it leaves the parameters' .grad untouched.
     inputs = image[None].to(model.device, dtype).clone().requires_grad_(True)
-    switch = unfused_attention(net) if attention else nullcontext()
-    attention_capture, feature_capture = OutputsAndGradients(attention_modules), OutputsAndGradients(feature_modules)
-    with torch.enable_grad(), switch, attention_capture, feature_capture:
+    with torch.enable_grad(), caching_with_gradients(net, attention_sites + feature_sites) as kept:
         logits = net(inputs)[0]
         if backward:
             score = logits[target] - logits[contrast] if contrast is not None else logits[target]
             torch.autograd.grad(score, inputs)
-    for capture in (attention_capture, feature_capture):
-        if any(output is None for output in capture.outputs) or (
-            backward and any(gradient is None for gradient in capture.gradients)
-        ):
-            raise VitcliError(f"cannot explain with {model.name}: a hooked module gave no output or gradient")
+    missing = set(attention_sites + feature_sites) - set(kept.activations)
+    if backward:
+        missing |= set(attention_sites + feature_sites) - set(kept.gradients)
+    if missing:
+        raise VitcliError(f"cannot explain with {model.name}: a captured site gave no activation or gradient")
     own = eval_logits.float().cpu() if eval_logits is not None else model.logits(inputs.detach())[0]
     difference = float((logits.detach().float().cpu() - own).abs().max())
     if not difference <= OUTPUT_TOLERANCE:
@@ -201,12 +157,12 @@ def capture_gradients(
             f"self-check failed: the hooked forward's logits differ from the model's eval forward by {difference:.3g} "
             f"(tolerance {OUTPUT_TOLERANCE:g}); no results"
         )
-    features = _unbatched(feature_capture.outputs)
-    feature_gradients = _unbatched(feature_capture.gradients)
+    features = _unbatched([kept.activations[site] for site in feature_sites])
+    feature_gradients = _unbatched([kept.gradients.get(site) for site in feature_sites])
     return GradientCapture(
         logits.detach().cpu(),
-        _unbatched(attention_capture.outputs),
-        _unbatched(attention_capture.gradients),
+        _unbatched([kept.activations[site] for site in attention_sites]),
+        _unbatched([kept.gradients.get(site) for site in attention_sites]),
         features[0] if features is not None else None,
         feature_gradients[0] if feature_gradients is not None else None,
         difference,

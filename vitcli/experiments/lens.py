@@ -1,9 +1,9 @@
 """Logit lens: read the class scores out of the rows after each block, with the model's own final norm and head.
 
 After block b the CLS row is read exactly as the model reads its last one (`net.forward_head(net.norm(rows))`), and
-the mean of the patch rows (prefix tokens excluded) goes through the same final norm and head. Hooks only read the
-block outputs of the model's own forward, so the CLS readout after the last block must equal the model's logits
-exactly; the result carries that difference and a nonzero one is refused.
+the mean of the patch rows (prefix tokens excluded) goes through the same final norm and head. The capture layer
+only reads the block outputs (hook_resid_post) of the model's own forward, so the CLS readout after the last block
+must equal the model's logits exactly; the result carries that difference and a nonzero one is refused.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vitcli.capture import block_site, caching
 from vitcli.errors import VitcliError
 from vitcli.experiments.occlusion import ClassProbability, resolve_target
 from vitcli.images import ImageSource
@@ -45,34 +46,16 @@ class LensResult:
         return [row for row in self.readouts if row.readout == readout]
 
 
-class BlockOutputs:
-    """Forward hooks that keep every block's output during one forward."""
-
-    def __init__(self, blocks: torch.nn.Sequential):
-        self.blocks = blocks
-        self.outputs: list[Tensor] = []
-        self._handles: list = []
-
-    def __enter__(self) -> BlockOutputs:
-        self._handles = [block.register_forward_hook(self._keep) for block in self.blocks]
-        return self
-
-    def __exit__(self, *exception: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-
-    def _keep(self, module: torch.nn.Module, inputs: object, output: Tensor) -> None:
-        self.outputs.append(output)
-
-
 def logit_lens(model: VitModel, prepared: PreparedImage, target: str | None = None) -> LensResult:
     """The target's probability and rank and the top-1 class read after every block, from CLS and the patch mean."""
     net = model.net
     prefix = model.grid.num_prefix
-    with torch.inference_mode(), BlockOutputs(net.blocks) as captured:
+    sites = [block_site(block, "hook_resid_post") for block in range(1, model.depth + 1)]
+    with torch.inference_mode(), caching(net, sites) as captured:
         logits = net(prepared.input[None].to(model.device))
-        cls_logits = torch.cat([net.forward_head(net.norm(rows)) for rows in captured.outputs])
-        patch_means = torch.cat([rows[:, prefix:].mean(dim=1) for rows in captured.outputs])
+        outputs = [captured[site] for site in sites]
+        cls_logits = torch.cat([net.forward_head(net.norm(rows)) for rows in outputs])
+        patch_means = torch.cat([rows[:, prefix:].mean(dim=1) for rows in outputs])
         mean_logits = net.head(net.head_drop(net.fc_norm(net.norm(patch_means))))
     final_difference = float((cls_logits[-1] - logits[0]).abs().max())
     if final_difference != 0.0:

@@ -25,6 +25,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from vitcli.capture import unfused_attention
 from vitcli.errors import UsageError, VitcliError
 from vitcli.loading import require_vit
 
@@ -245,12 +246,10 @@ def count_variant(variant: Variant) -> tuple[MacCount, int]:
     """FlopCounterMode's count of one forward on the meta device, halved (bmm is the attention, everything else
     the rest), and the variant's parameter count."""
     net = build_variant(variant, "meta")
-    for block in net.blocks:
-        # The explicit q k^T and weights @ v are counted on every backend; fused kernels are not always.
-        block.attn.fused_attn = False
     size = variant.image_size
     inputs = pad_to_patches(torch.zeros(1, variant.dimensions.in_chans, size, size, device="meta"), variant.patch_size)
-    with FlopCounterMode(display=False) as counter, torch.inference_mode():
+    # The explicit q k^T and weights @ v are counted on every backend; fused kernels are not always.
+    with unfused_attention(net), FlopCounterMode(display=False) as counter, torch.inference_mode():
         net(inputs)
     flops = {str(operator): count for operator, count in counter.get_flop_counts()["Global"].items()}
     attention = flops.pop("aten.bmm", 0)

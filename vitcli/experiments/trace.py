@@ -2,8 +2,9 @@
 
 The forward is written out here (channel-major patch rows times W_E, the prefix and position sums, per-head
 softmax(q k^T * scale), the residual sums, the pooling and the head) so that every intermediate row can be shown.
-Before, the model's own forward (timm, fused attention on) runs once with forward hooks on its modules; every kept
-row is compared with the capture of the timm module that computes it, and the reconstructed logits with `model(x)`.
+Before, the model's own forward (timm, fused attention on) runs once, the capture layer keeping each module's first
+input and output (capture.module_inputs_and_outputs); every kept row is compared with the capture of the timm
+module that computes it, and the reconstructed logits with `model(x)`.
 The result carries the largest differences; one over SELF_CHECK_TOLERANCE is an error. Both forwards run in full
 float32 (TF32 off): on recent GPUs cuDNN convolutions use TF32 by default, which alone differs by about 1e-3.
 """
@@ -21,6 +22,7 @@ from timm.layers import Attention, Mlp, resample_abs_pos_embed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
+from vitcli.capture import module_inputs_and_outputs
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.grid import PatchGrid
@@ -185,24 +187,19 @@ def full_float32() -> Iterator[None]:
 
 
 def _capture(net: VisionTransformer, x: Tensor, opened: set[int]) -> tuple[dict[str, tuple[Tensor, Tensor]], Tensor]:
-    """The model's own forward with hooks: name -> (first input, output) of every module outside the blocks, of
-    every block, and of every module inside the opened blocks; and the logits."""
-    captures: dict[str, tuple[Tensor, Tensor]] = {}
-    handles = []
-    for name, module in net.named_modules():
+    """The model's own forward through the capture layer: name -> (first input, output) of every module outside the
+    blocks, of every block, and of every module inside the opened blocks; and the logits."""
+    names = []
+    for name, _module in net.named_modules():
         parts = name.split(".")
         inside_closed_block = parts[0] == "blocks" and len(parts) > 2 and int(parts[1]) + 1 not in opened
         if name and not inside_closed_block:
-
-            def keep(module, args, output, name=name):
-                captures[name] = (args[0].detach().float().cpu(), output.detach().float().cpu())
-
-            handles.append(module.register_forward_hook(keep))
-    try:
+            names.append(name)
+    with module_inputs_and_outputs(net, names) as kept:
         logits = net(x).float().cpu()[0]
-    finally:
-        for handle in handles:
-            handle.remove()
+    captures = {
+        name: (inputs.detach().float().cpu(), output.detach().float().cpu()) for name, (inputs, output) in kept.items()
+    }
     return captures, logits
 
 

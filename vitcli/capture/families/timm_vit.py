@@ -16,6 +16,7 @@ from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
+from vitcli.capture.checks import attention_output
 from vitcli.capture.family import BlockPlace, Family, Tap
 from vitcli.grid import PatchGrid
 
@@ -98,6 +99,9 @@ class TimmViT(Family):
         super().__init__(net)
         if getattr(net, "attn_pool", None) is not None:
             self.model_sites = self.model_sites | {"pool.hook_pattern"}
+        if getattr(net, "head_dist", None) is not None:
+            # DeiT's distilled head averages two heads' logits and never calls fc_norm: no pooled vector to hook.
+            self.model_sites = self.model_sites - {"pool.hook_out"}
 
     def refusal(self) -> str | None:
         for index, block in enumerate(self.net.blocks):
@@ -184,6 +188,22 @@ class TimmViT(Family):
             "hook_resid_post": lambda: Tap(block, "output"),
         }
         return taps[kind]()
+
+    def attention_from_heads(self, number: int, heads: Tensor) -> Tensor:
+        attention = self.net.blocks[number - 1].attn
+        return attention.proj(attention.norm(heads.flatten(-2)))
+
+    def explicit_attention(self, number: int, normed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        module = self.net.blocks[number - 1].attn
+        batch, tokens, _ = normed.shape
+        qkv = module.qkv(normed).reshape(batch, tokens, 3, module.num_heads, module.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = module.q_norm(q), module.k_norm(k)
+        pattern = ((q @ k.transpose(-2, -1)) * module.scale).softmax(dim=-1)
+        return q, k, v, pattern, attention_output(self, number, pattern, v.transpose(1, 2))
+
+    def own_attention(self, number: int, normed: Tensor) -> Tensor:
+        return self.net.blocks[number - 1].attn(normed)
 
     def model_tap(self, kind: str) -> Tap:
         net = self.net
