@@ -23,7 +23,7 @@ from typing import Any
 import timm
 import torch
 import torch.nn.functional as F  # noqa: N812  (the usual name)
-from timm.layers import PatchEmbed
+from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
