@@ -227,3 +227,13 @@ def test_without_transformers_the_pip_command_is_named(cli, tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     line = refused(cli, "--model", f"hf:{tmp_path / 'any'}")
     assert "pip install 'vitcli[hf]'" in line
+
+
+def test_occlusions_forward_is_the_models_own(folders, cli, photo):
+    """Covers run through image_logits: on these models the family's forward, equal to the model's own logits."""
+    model = load(folders["ViTForImageClassification"])
+    inputs = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.image_logits(inputs), model.net(inputs), atol=0, rtol=0)
+    result = cli("occlude-patches", photo, "--model", f"hf:{folders['ViTForImageClassification']}")
+    assert result.exit_code == 0, result.stderr
