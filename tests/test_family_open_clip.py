@@ -183,3 +183,22 @@ def test_without_open_clip_the_pip_command_is_named(cli, monkeypatch, no_loading
     monkeypatch.setitem(sys.modules, "open_clip", None)  # `import open_clip` raises ImportError
     line = refused(cli, "--model", "open_clip:ViT-S-16", "--weights", "random")
     assert "pip install 'vitcli[clip]'" in line
+
+
+def test_a_tag_whose_weights_are_not_cached_is_refused_offline_in_one_line(cli, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *_args, **_kwargs: None)
+    building = open_clip.create_model
+
+    def skeleton_only(*args, **kwargs):
+        assert kwargs.get("device") == "meta", "the model was built before the refusal"
+        return building(*args, **kwargs)
+
+    monkeypatch.setattr(open_clip, "create_model", skeleton_only)
+    result = cli("patches", "--model", "open_clip:ViT-B-32/laion2b_s34b_b79k")
+    assert result.exit_code == 1, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("no image given")]
+    assert len(lines) == 1 and "HF_HUB_OFFLINE=1 forbids downloading them" in lines[0], result.stderr
+    assert "--weights random" in lines[0]

@@ -15,6 +15,7 @@ import functools
 import importlib
 import json
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -324,6 +325,7 @@ def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
             torch.manual_seed(spec.seed)
             model = open_clip.create_model(model_name, pretrained=None)
         else:
+            _require_cached_or_reachable(spec.model_name, open_clip.get_pretrained_cfg(model_name, tag))
             try:
                 model = open_clip.create_model(model_name, pretrained=tag)
             except Exception as error:
@@ -336,4 +338,32 @@ def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
         if any(key.startswith("visual.") for key in state):  # the whole CLIP model: its image tower's part
             state = {key.removeprefix("visual."): value for key, value in state.items() if key.startswith("visual.")}
         _load_state(visual, state, spec.checkpoint, spec.model_name)
-    return OpenClipTower(visual, dict(skeleton.pretrained_cfg))
+    provenance = {"tag": tag} if not spec.random and spec.checkpoint is None else {}
+    return OpenClipTower(visual, {**skeleton.pretrained_cfg, **provenance})
+
+
+def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:
+    """Refuse within seconds, in one line, a tag whose weights are neither in the Hugging Face cache nor downloadable
+    (offline, or the hub unreachable), as timm's pretrained weights are (loading._create_pretrained)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    from vitcli.loading import _hub_connection_problem
+
+    model_id, filename = os.path.split(pretrained.get("hf_hub", ""))
+    if not model_id:
+        return  # a plain URL: open_clip's own download says what fails
+    stem = os.path.splitext(filename or "open_clip_pytorch_model.bin")[0]
+    candidates = (filename or "open_clip_pytorch_model.bin", f"{stem}.safetensors", "open_clip_model.safetensors")
+    if any(isinstance(try_to_load_from_cache(model_id, candidate), str) for candidate in candidates):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise VitcliError(
+            f"no weights for {name}: they are not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            f"HF_HUB_OFFLINE=1 forbids downloading them; {OPEN_CLIP_WEIGHTS_HELP}"
+        )
+    problem = _hub_connection_problem(constants.ENDPOINT)
+    if problem is not None:
+        raise VitcliError(
+            f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} cannot be "
+            f"reached ({problem}); {OPEN_CLIP_WEIGHTS_HELP}"
+        )
