@@ -11,6 +11,7 @@ the computed values to the module's own output (1e-5).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -96,18 +97,23 @@ def heads_output(attention: nn.MultiheadAttention, normed: Tensor) -> Tensor:
 
 
 def z_tap(attention: nn.MultiheadAttention) -> Tap:
-    """attn.hook_z at the attention's output: computed from its input (kept by a pre-hook); a replaced z becomes
-    the output `out_proj(z)`."""
-    inputs: list[Tensor] = []
+    """attn.hook_z at the attention's output: computed from its input (kept by a pre-hook, per thread: two batches
+    may run at once); a replaced z becomes the output `out_proj(z)`."""
+    inputs: dict[int, Tensor] = {}
+
+    def keep(_module: nn.Module, args: tuple[Tensor, ...]) -> None:
+        inputs[threading.get_ident()] = args[0]
 
     def prepare() -> Callable[[], None]:
-        handle = attention.register_forward_pre_hook(lambda _module, args: inputs.append(args[0]))
-        return handle.remove
+        return attention.register_forward_pre_hook(keep).remove
+
+    def to_site(_output: Tensor) -> Tensor:
+        return heads_output(attention, inputs.pop(threading.get_ident()))
 
     def to_module(_original: Tensor, site: Tensor) -> Tensor:
         return F.linear(site.flatten(-2), attention.out_proj.weight, attention.out_proj.bias)
 
-    return Tap(attention, "output", lambda _output: heads_output(attention, inputs.pop()), to_module, 0, prepare)
+    return Tap(attention, "output", to_site, to_module, 0, prepare)
 
 
 class OpenClipFamily(Family):
