@@ -237,3 +237,12 @@ def test_occlusions_forward_is_the_models_own(folders, cli, photo):
         torch.testing.assert_close(model.image_logits(inputs), model.net(inputs), atol=0, rtol=0)
     result = cli("occlude-patches", photo, "--model", f"hf:{folders['ViTForImageClassification']}")
     assert result.exit_code == 0, result.stderr
+
+
+def test_two_folders_of_one_name_write_to_two_model_folders(tmp_path):
+    from vitcli.naming import model_folder
+
+    first, second = tmp_path / "a" / "model", tmp_path / "b" / "model"
+    names = {model_folder(f"hf:{folder}", False, 0, None, None) for folder in (first, second)}
+    assert len(names) == 2 and all(name.startswith("hf_model-") for name in names)
+    assert model_folder(f"hf:{first}", True, 3, None, None).endswith("-random-s3")
