@@ -3,6 +3,7 @@ checked against transformers' own forward with `output_attentions=True`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -246,3 +247,14 @@ def test_two_folders_of_one_name_write_to_two_model_folders(tmp_path):
     names = {model_folder(f"hf:{folder}", False, 0, None, None) for folder in (first, second)}
     assert len(names) == 2 and all(name.startswith("hf_model-") for name in names)
     assert model_folder(f"hf:{first}", True, 3, None, None).endswith("-random-s3")
+
+
+def test_another_module_layout_is_refused_in_one_line(cli, folders, monkeypatch, no_loading):
+    """transformers 4 named the blocks `encoder.layer` and the projections `query`, `key`, `value`: a layout vitcli
+    does not know is refused before loading, naming what is missing."""
+    from vitcli.capture.families import hf
+
+    moved = dataclasses.replace(hf.LAYOUTS["ViTModel"], layers="encoder.layer")
+    monkeypatch.setitem(hf.LAYOUTS, "ViTModel", moved)
+    line = refused(cli, "--model", f"hf:{folders['ViTModel']}/.")  # another spelling: no skeleton cached by name
+    assert "has no encoder.layer" in line and "module layout of transformers 5" in line

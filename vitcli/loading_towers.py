@@ -119,12 +119,18 @@ def _hf_config(name: str) -> tuple[Any, str]:
 
 
 def _hf_skeleton(name: str) -> nn.Module:
-    from vitcli.capture.families.hf import HFTower
+    from vitcli.capture.families.hf import HFTower, missing_modules
 
     transformers = _extra("transformers", "hf", name)
     config, class_name = _hf_config(name)
     with _quiet_libraries(), torch.device("meta"):
         model = getattr(transformers, class_name)._from_config(config, attn_implementation="eager")
+    missing = missing_modules(model)
+    if missing:
+        raise UsageError(
+            f"--model {name}: the {class_name} of transformers {transformers.__version__} has no {missing[0]}; "
+            "vitcli reads the module layout of transformers 5"
+        )
     return HFTower(model, hf_data_config(_hf_folder(name), config))
 
 

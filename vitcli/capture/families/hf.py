@@ -77,6 +77,22 @@ def module_at(root: nn.Module, path: str) -> Any:
     return root
 
 
+def missing_modules(model: nn.Module) -> list[str]:
+    """The attribute paths of its Layout this model lacks (another transformers version may name them otherwise)."""
+    layout = LAYOUTS[type(model).__name__]
+    paths = [layout.layers, layout.final_norm, layout.patch_proj, *([layout.classifier] if layout.classifier else [])]
+    attention = f"{layout.layers}.0.{layout.attention}"
+    paths += [f"{attention}.{name}" for name in ("q_proj", "k_proj", "v_proj", layout.out_proj)]
+    paths += [f"{layout.layers}.0.{name}" for name in (layout.ln1, layout.attn_out, layout.mlp_out)]
+    missing = []
+    for path in paths:
+        try:
+            module_at(model, path)
+        except (AttributeError, IndexError):
+            missing.append(path)
+    return missing
+
+
 @dataclass
 class PatchFacts:
     """What vitcli's model wrapper reads of timm's `patch_embed`: the input size, the patch size, the projection."""
