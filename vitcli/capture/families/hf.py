@@ -150,8 +150,10 @@ class HFTower(nn.Module):
         return self.pooled_output(output.last_hidden_state, output.pooler_output)
 
     def pooled_output(self, last_hidden: Tensor, pooler_output: Tensor | None) -> Tensor:
-        """The model's own pooler output; ViTModel without a pooler: the class token after the final norm."""
-        return pooler_output if pooler_output is not None else last_hidden[:, 0]
+        """CLIP's pooler output (its final norm of the class token); on ViT and DINOv2 the class token after the
+        final norm, as timm's pre_logits. ViTModel's pooler (dense + tanh) is left out: converted checkpoints such
+        as DINO's carry it untrained, and no classifier reads it."""
+        return pooler_output if self.layout.model_type == "clip_vision_model" else last_hidden[:, 0]
 
     def pooled(self, inputs: Tensor) -> Tensor:
         """The pooled embedding: a classifier's input (the class token after the final norm), else forward()."""
@@ -164,11 +166,8 @@ class HFTower(nn.Module):
         final_norm = module_at(self.model, self.layout.final_norm)
         if self.layout.model_type == "clip_vision_model":
             return final_norm(hidden[:, 0])
-        normed = final_norm(hidden)
-        if self.layout.classifier:
-            return module_at(self.model, self.layout.classifier)(normed[:, 0])
-        pooler = getattr(self.model, "pooler", None)
-        return self.pooled_output(normed, pooler(normed) if pooler is not None else None)
+        row = final_norm(hidden)[:, 0]
+        return module_at(self.model, self.layout.classifier)(row) if self.layout.classifier else row
 
 
 def eager_attention(attention: nn.Module) -> Callable[[], Callable[[], None]]:
