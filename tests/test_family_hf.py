@@ -24,8 +24,10 @@ MODELS = {
     ),
     "ViTModel": lambda: transformers.ViTConfig(intermediate_size=128, **TINY),
     "Dinov2Model": lambda: transformers.Dinov2Config(**TINY),
+    "Dinov2WithRegistersModel": lambda: transformers.Dinov2WithRegistersConfig(num_register_tokens=2, **TINY),
     "CLIPVisionModel": lambda: transformers.CLIPVisionConfig(intermediate_size=128, **TINY),
 }
+PREFIX = {"Dinov2WithRegistersModel": ("CLS", "R1", "R2")}  # the others: ("CLS",)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,8 @@ def test_output_and_every_blocks_pattern_equal_transformers_own(folders, name):
         assert output.shape == (2, 3)
     torch.testing.assert_close(output, expected, atol=1e-5, rtol=1e-5)
     for block, site in enumerate(sites):
-        assert cache[site].shape == (2, 2, 17, 17)
+        tokens = len(PREFIX.get(name, ("CLS",))) + 16
+        assert cache[site].shape == (2, 2, tokens, tokens)
         torch.testing.assert_close(cache[site], own.attentions[block], atol=1e-5, rtol=1e-5)
 
 
@@ -106,7 +109,8 @@ def test_sites_add_up_and_a_head_zeroed_at_z_equals_the_weight_edit(folders, nam
 def test_grid_tokens_and_pooling(folders):
     for name, folder in folders.items():
         family = family_of(load(folder).net)
-        assert (family.grid().rows, family.grid().cols, family.grid().prefix_names) == (4, 4, ("CLS",))
+        grid = family.grid()
+        assert (grid.rows, grid.cols, grid.prefix_names) == (4, 4, PREFIX.get(name, ("CLS",)))
         assert family.pooling == "token"
         assert family.num_classes == (3 if name == "ViTForImageClassification" else 0)
         assert family.pooled(torch.zeros(1, 3, 32, 32)).shape == (1, 64)

@@ -27,9 +27,14 @@ from vitcli.errors import UsageError, VitcliError
 from vitcli.spec import WeightsSpec
 
 HF_PREFIX, OPEN_CLIP_PREFIX = "hf:", "open_clip:"
-HF_CLASSES = ("ViTModel", "ViTForImageClassification", "Dinov2Model", "CLIPVisionModel")
+HF_CLASSES = ("ViTModel", "ViTForImageClassification", "Dinov2Model", "Dinov2WithRegistersModel", "CLIPVisionModel")
 # The class save_pretrained records in config.architectures, or, for configs without one, by model_type.
-HF_CLASS_OF_TYPE = {"vit": "ViTModel", "dinov2": "Dinov2Model", "clip_vision_model": "CLIPVisionModel"}
+HF_CLASS_OF_TYPE = {
+    "vit": "ViTModel",
+    "dinov2": "Dinov2Model",
+    "dinov2_with_registers": "Dinov2WithRegistersModel",
+    "clip_vision_model": "CLIPVisionModel",
+}
 HF_WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",

@@ -15,6 +15,7 @@ LAZY_FAMILIES = {
     ("transformers", "ViTModel"): "vitcli.capture.families.hf:HFFamily",
     ("transformers", "ViTForImageClassification"): "vitcli.capture.families.hf:HFFamily",
     ("transformers", "Dinov2Model"): "vitcli.capture.families.hf:HFFamily",
+    ("transformers", "Dinov2WithRegistersModel"): "vitcli.capture.families.hf:HFFamily",
     ("transformers", "CLIPVisionModel"): "vitcli.capture.families.hf:HFFamily",
     ("vitcli", "OpenClipTower"): "vitcli.capture.families.open_clip:OpenClipFamily",
     ("open_clip", "VisionTransformer"): "vitcli.capture.families.open_clip:OpenClipFamily",

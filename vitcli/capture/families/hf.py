@@ -1,9 +1,11 @@
-"""Hugging Face `transformers` image models: ViTModel, ViTForImageClassification, Dinov2Model and CLIPVisionModel.
+"""Hugging Face `transformers` image models: ViTModel, ViTForImageClassification, Dinov2Model,
+Dinov2WithRegistersModel and CLIPVisionModel.
 
-All four are pre-norm ViTs with one class token (CLS, token 0) and separate q, k, v and output projections, so every
-block site is a module's input or output; only the attention pattern is read-only (the eager attention function's
-returned probabilities: replacing them would not change the output it already computed). transformers is never
-imported here: the modules are found by their attribute names, which differ per model (`Layout`).
+All are pre-norm ViTs with a class token (CLS, token 0; DINOv2's registers R1..Rn follow it) and separate q, k, v
+and output projections, so every block site is a module's input or output; only the attention pattern is read-only
+(the eager attention function's returned probabilities: replacing them would not change the output it already
+computed). transformers is never imported here: the modules are found by their attribute names, which differ per
+model (`Layout`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ DEFAULT_PREPROCESSING = {
             "crop_mode": "squash"},
     "dinov2": {"interpolation": "bicubic", "mean": IMAGENET_MEAN, "std": IMAGENET_STD, "crop_pct": 224 / 256,
                "crop_mode": "center"},
+    "dinov2_with_registers": {"interpolation": "bicubic", "mean": IMAGENET_MEAN, "std": IMAGENET_STD,
+                              "crop_pct": 224 / 256, "crop_mode": "center"},
     "clip_vision_model": {"interpolation": "bicubic", "mean": CLIP_MEAN, "std": CLIP_STD, "crop_pct": 1.0,
                           "crop_mode": "center"},
 }  # fmt: skip
@@ -63,6 +67,10 @@ LAYOUTS = {
     "Dinov2Model": Layout(
         "dinov2", "encoder.layer", "layernorm", "embeddings.patch_embeddings.projection", "attention", "o_proj",
         "norm1", "layer_scale1", None, "layer_scale2",
+    ),
+    "Dinov2WithRegistersModel": Layout(
+        "dinov2_with_registers", "encoder.layer", "layernorm", "embeddings.patch_embeddings.projection", "attention",
+        "o_proj", "norm1", "layer_scale1", None, "layer_scale2",
     ),
     "CLIPVisionModel": Layout(
         "clip_vision_model", "encoder.layers", "post_layernorm", "embeddings.patch_embedding", "self_attn",
@@ -139,7 +147,7 @@ class HFTower(nn.Module):
     def _resized(self, inputs: Tensor) -> dict[str, Any]:
         """Dinov2 always interpolates its position embeddings; ViT and CLIP only when asked, for other sizes."""
         size = int(self.model.config.image_size)
-        if self.layout.model_type != "dinov2" and tuple(inputs.shape[-2:]) != (size, size):
+        if not self.layout.model_type.startswith("dinov2") and tuple(inputs.shape[-2:]) != (size, size):
             return {"interpolate_pos_encoding": True}
         return {}
 
@@ -222,7 +230,9 @@ class HFFamily(Family):
 
     def grid(self) -> PatchGrid:
         height, width = self.net.patch_embed.img_size
-        return PatchGrid(height, width, self.net.patch_embed.patch_size[0], ("CLS",))
+        registers = int(getattr(self.net.model.config, "num_register_tokens", 0))  # DINOv2 with registers
+        names = ("CLS", *(f"R{index}" for index in range(1, registers + 1)))
+        return PatchGrid(height, width, self.net.patch_embed.patch_size[0], names)
 
     @property
     def width(self) -> int:
