@@ -267,3 +267,9 @@ def test_another_module_layout_is_refused_in_one_line(cli, folders, monkeypatch,
     monkeypatch.setitem(hf.LAYOUTS, "ViTModel", moved)
     line = refused(cli, "--model", f"hf:{folders['ViTModel']}/.")  # another spelling: no skeleton cached by name
     assert "has no encoder.layer" in line and "module layout of transformers 5" in line
+
+
+def test_a_config_that_is_not_json_is_refused(cli, tmp_path, no_loading):
+    (tmp_path / "config.json").write_text("{")
+    line = refused(cli, "--model", f"hf:{tmp_path}")
+    assert "its config.json cannot be read" in line
