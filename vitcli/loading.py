@@ -32,6 +32,7 @@ from torch import Tensor
 from vitcli.capture import family_of
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
+from vitcli.loading_towers import is_tower
 from vitcli.model import VitModel, patch_grid
 from vitcli.spec import WeightsSpec
 
@@ -86,6 +87,11 @@ def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None =
         resolved = resolve_device(device)
         batch_size = batch_size or default_batch_size(resolved)
         skeleton = require_vit(spec.model_name)
+        if is_tower(spec.model_name):  # hf:FOLDER, open_clip:NAME (vitcli.loading_towers)
+            from vitcli.loading_towers import load_tower
+
+            _LOADED[key] = load_tower(spec, resolved, batch_size)
+            return _LOADED[key]
         if spec.random:
             labels = class_names(spec, skeleton.num_classes, skeleton.pretrained_cfg)
             torch.manual_seed(spec.seed)
@@ -109,6 +115,10 @@ def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None =
 def describe(spec: WeightsSpec) -> Architecture:
     """The architecture facts of a spec without loading weights: timm's meta-device skeleton, and of a checkpoint
     only its header (for the classifier head's shape) and the labels files beside it."""
+    if is_tower(spec.model_name):
+        from vitcli.loading_towers import describe_tower
+
+        return describe_tower(spec)
     skeleton = require_vit(spec.model_name)
     num_classes = skeleton.num_classes
     if not spec.random and spec.checkpoint is not None:
@@ -154,6 +164,10 @@ def require_vit(name: str) -> VisionTransformer:
     """Refuse unknown names and tags and non-ViT architectures before any weights are fetched; return the checked
     skeleton (built on the meta device: shapes only, no memory, no weights). Built once per name and process: the
     usage checks, the loader and compare-patch-size all read it, and none modifies it."""
+    if is_tower(name):  # hf:FOLDER, open_clip:NAME: wrapped to read as a timm ViT (vitcli.loading_towers)
+        from vitcli.loading_towers import tower_skeleton
+
+        return tower_skeleton(name)
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         listing = "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"

@@ -243,7 +243,10 @@ class VitModel:
         return net.forward_head(net.norm(row_0_of_block(net.blocks[-1], net.blocks[:-1](rows))))
 
     def image_logits(self, inputs: Tensor) -> Tensor:
-        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits()."""
+        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits(); other families than timm's
+        VisionTransformer (hf:, open_clip:) run their own forward."""
+        if not isinstance(self.net, VisionTransformer):
+            return self.family.forward(inputs)
         return self.rows_logits(self.embed(inputs))
 
     @cached_property

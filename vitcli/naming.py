@@ -73,6 +73,9 @@ def model_folder(
 ) -> str:
     """The folder naming the network and where its weights came from."""
     name = safe_name(model_name, "model")
+    if model_name.startswith("hf:"):  # a folder: its name and a hash of where it lies, so two never share outputs
+        folder = Path(model_name.removeprefix("hf:")).expanduser()
+        name = f"hf_{safe_name(folder.resolve().name, 'model')}-{path_hash(folder)}"
     if random:
         return f"{name}-random-s{seed}"
     if checkpoint is not None:

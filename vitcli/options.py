@@ -51,7 +51,13 @@ def _option(*names: str, panel: str, **settings: Any) -> Any:
 
 # (name, annotation, default) of every shared option, in the order --help lists them.
 SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
-    ("model", Annotated[str, _option("--model", "-m", help="timm ViT name.", panel=MODEL_PANEL)], DEFAULT_MODEL),
+    (
+        "model",
+        Annotated[
+            str, _option("--model", "-m", help="timm ViT name, hf:FOLDER or open_clip:NAME[/TAG].", panel=MODEL_PANEL)
+        ],
+        DEFAULT_MODEL,
+    ),
     (
         "checkpoint",
         Annotated[
