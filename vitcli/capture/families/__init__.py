@@ -9,10 +9,14 @@ from vitcli.capture.family import Family
 
 def family_of(net: nn.Module) -> Family:
     """The adapter for `net`, or ValueError naming its class when vitcli has none."""
+    from timm.models.swin_transformer import SwinTransformer
     from timm.models.vision_transformer import VisionTransformer
 
+    from vitcli.capture.families.timm_swin import TimmSwin
     from vitcli.capture.families.timm_vit import TimmViT
 
     if isinstance(net, VisionTransformer):
         return TimmViT(net)
+    if isinstance(net, SwinTransformer):
+        return TimmSwin(net)
     raise ValueError(f"vitcli has no adapter for {type(net).__name__}")
