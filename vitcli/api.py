@@ -230,7 +230,7 @@ def architecture_of(model: VitModel) -> Architecture:
         mlp_hidden=mlp_hidden_width(model.family.blocks()[0], model.embed_dim),
         family=model.family.name,
         features=model.family.features,
-        places=tuple(model.family.places()),
+        places=tuple(model.family.places()) if model.family.refusal() is None else (),
     )
 
 

@@ -121,17 +121,19 @@ def describe(spec: WeightsSpec) -> Architecture:
     if not spec.random and spec.checkpoint is not None:
         num_classes = head_classes(_read_state(spec.checkpoint, values=False))
     family = family_of(skeleton)
-    places = tuple(family.places())
+    blocks = family.blocks()
+    # A family's places need its standard blocks; a refused family still names its depth and heads.
+    places = tuple(family.places()) if family.refusal() is None else ()
     return Architecture(
         name=spec.model_name,
-        depth=len(places),
-        num_heads=places[0].heads,
+        depth=len(blocks),
+        num_heads=next(module.num_heads for module in blocks[0].modules() if hasattr(module, "num_heads")),
         embed_dim=family.width,
         grid=patch_grid(skeleton),
         num_classes=num_classes,
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=family.pooling,
-        mlp_hidden=mlp_hidden_width(family.blocks()[0], family.width),
+        mlp_hidden=mlp_hidden_width(blocks[0], family.width),
         family=family.name,
         features=family.features,
         places=places,

@@ -225,7 +225,8 @@ class VitModel:
         embed = self.net.patch_embed
         size = self.grid.patch_size
         return (
-            type(embed) is PatchEmbed
+            "plain_rows" in self.family.features  # rows_logits runs plain blocks on one grid
+            and type(embed) is PatchEmbed
             and embed.proj.kernel_size == embed.proj.stride == (size, size)
             and not embed.dynamic_img_pad
         )
@@ -243,7 +244,10 @@ class VitModel:
         return net.forward_head(net.norm(row_0_of_block(net.blocks[-1], net.blocks[:-1](rows))))
 
     def image_logits(self, inputs: Tensor) -> Tensor:
-        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits()."""
+        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits(), or the model's own forward
+        where rows_logits cannot follow the blocks (Swin's windows and stages)."""
+        if "plain_rows" not in self.family.features:
+            return self.net(inputs)
         return self.rows_logits(self.embed(inputs))
 
     @cached_property
