@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -209,6 +210,94 @@ def test_attend_refuses_what_swin_cannot_show_before_loading(cli, newfoundland, 
 
     monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     result = cli("attend", newfoundland, "--model", SWIN, *RANDOM_CPU, *arguments)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr
+
+
+# ----- explain and occlusion on the last stage's grid
+
+
+@pytest.fixture(scope="module")
+def swin_model():
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    return load_model(WeightsSpec(SWIN, random=True, seed=0), "cpu")
+
+
+@pytest.mark.slow
+def test_gradcam_equals_pytorch_grad_cam_with_its_swin_recipe(swin_model, photo):
+    """pytorch-grad-cam's documented Swin recipe: target layer layers[-1].blocks[-1].norm2, reshape_transform to
+    (B, C, 7, 7); its raw map (before min-max scaling) against vitcli's, within 1e-5 of the largest value."""
+    grad_cam = pytest.importorskip("pytorch_grad_cam")
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    from vitcli.experiments.explain import explain
+
+    def reshape_transform(tensor, height=7, width=7):
+        result = tensor.reshape(tensor.size(0), height, width, tensor.size(2))
+        return result.transpose(2, 3).transpose(1, 2)
+
+    prepared = swin_model.prepare(photo)
+    result = explain(swin_model, prepared, ["gradcam"])
+    assert result.block == 12 and (result.grid.rows, result.grid.cols, result.grid.patch_size) == (7, 7, 32)
+    assert "layers[3].blocks[1].norm2" in result.maps[0].definition
+    net = swin_model.net
+    layer = net.layers[-1].blocks[-1].norm2
+    targets = [ClassifierOutputTarget(result.target.index)]
+    image = prepared.input[None]
+    try:
+        with grad_cam.GradCAM(model=net, target_layers=[layer], reshape_transform=reshape_transform) as cam:
+            cam(input_tensor=image, targets=targets)
+            stored = cam.activations_and_grads
+            activations, gradients = stored.activations[0].numpy(), stored.gradients[0].numpy()
+            raw = cam.get_cam_image(image, layer, targets, activations, gradients)
+    finally:
+        net.zero_grad(set_to_none=True)
+    raw = np.maximum(raw, 0)[0]
+    ours = result.maps[0].values
+    assert ours.shape == raw.shape == (7, 7) and ours.max() > 0
+    assert np.abs(ours - raw).max() <= 1e-5 * np.abs(raw).max()
+
+
+@pytest.mark.slow
+def test_occlusion_covers_the_last_stages_tokens_through_the_models_own_forward(swin_model, photo):
+    from vitcli.experiments.occlusion import SlidingWindows, fill_image, occlude_patches
+
+    prepared = swin_model.prepare(photo)
+    grid = swin_model.map_grid
+    windows = SlidingWindows(grid, 32, 32)
+    covers = list(windows)
+    result = occlude_patches(swin_model, prepared, windows, None, "gray")
+    assert len(covers) == 49 and result.drop_grid.shape == (7, 7)
+    # Oracle: the net's own forward on the image with cover P25 (row 3, col 3: pixels 96..128) painted by hand.
+    fill = fill_image(swin_model, prepared, "gray")
+    covered = prepared.input.clone()
+    covered[:, 96:128, 96:128] = fill[:, 96:128, 96:128]
+    with torch.no_grad():
+        probability = swin_model.net(covered[None]).softmax(-1)[0, result.base.target.index]
+    (outcome,) = [outcome for outcome in result.outcomes if outcome.cover.name == "P25"]
+    assert abs(outcome.target_probability - float(probability)) <= 1e-6
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["-M", "rollout"], "rollout multiplies attention across blocks on one token grid"),
+        (["-M", "relevance"], "rollout multiplies attention across blocks on one token grid"),
+        (["-M", "attention"], "has no class token"),
+        (
+            ["-M", "gradcam", "--block", "10"],
+            "reads a block of the last stage, whose 7x7 grid every map is drawn on: 11..12",
+        ),
+    ],
+)
+def test_explain_refuses_what_swin_cannot_explain_before_loading(cli, newfoundland, monkeypatch, arguments, message):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    result = cli("explain", newfoundland, "--model", SWIN, *RANDOM_CPU, *arguments)
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert message in result.stderr

@@ -76,6 +76,16 @@ class Architecture:
         return self.places[block - 1]
 
     @property
+    def staged(self) -> bool:
+        """Whether the blocks attend over grids of their stage (Swin) rather than one grid."""
+        return len({place.grid for place in self.places}) > 1
+
+    @property
+    def map_grid(self) -> PatchGrid:
+        """VitModel.map_grid before the weights load: the input's grid, or the last stage's."""
+        return self.places[-1].grid if self.staged else self.grid
+
+    @property
     def longest_vector(self) -> int:
         """The most values any one vector of the forward has: a patch's pixels, a row, the MLP's hidden layer, or
         the logits. Options that show leading values are bounded by it."""

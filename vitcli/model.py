@@ -116,6 +116,14 @@ class VitModel:
         return self.family.num_classes
 
     @property
+    def map_grid(self) -> PatchGrid:
+        """The grid explanation maps, their curves and occlusion's covers use: the input's patch grid, or for
+        families of stages (Swin) the last stage's grid, where the final rows and Grad-CAM are (7x7 of 32 pixels)."""
+        if "plain_rows" in self.family.features:
+            return self.grid
+        return self.family.places()[-1].grid
+
+    @property
     def mean(self) -> tuple[float, float, float]:
         return tuple(self.data_config["mean"])
 
