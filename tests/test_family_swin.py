@@ -301,3 +301,19 @@ def test_explain_refuses_what_swin_cannot_explain_before_loading(cli, newfoundla
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert message in result.stderr
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["patches"], ["trace"], ["lens"], ["attribute"], ["anatomy", "--view", "norms"], ["patch", "{image}"]],
+)
+def test_commands_written_for_one_grid_refuse_swin_before_loading(cli, newfoundland, persian, monkeypatch, arguments):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    command, *rest = [str(persian) if argument == "{image}" else argument for argument in arguments]
+    result = cli(command, newfoundland, *rest, "--model", SWIN, *RANDOM_CPU)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert f"`{command}` follows every token's row through the blocks on one token grid" in result.stderr
+    assert "(56x56, 28x28, 14x14, 7x7)" in result.stderr
