@@ -317,3 +317,17 @@ def test_commands_written_for_one_grid_refuse_swin_before_loading(cli, newfoundl
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert f"`{command}` follows every token's row through the blocks on one token grid" in result.stderr
     assert "(56x56, 28x28, 14x14, 7x7)" in result.stderr
+
+
+def test_describe_gives_swins_stages_before_any_weights_load():
+    from vitcli.grid import PatchGrid
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    architecture = describe(WeightsSpec(SWIN, random=True))
+    assert (architecture.depth, architecture.num_heads, architecture.embed_dim) == (12, 3, 96)
+    assert (architecture.num_classes, architecture.global_pool, architecture.mlp_hidden) == (1000, "avg", 384)
+    assert architecture.family == "timm SwinTransformer" and architecture.staged
+    assert architecture.grid == PatchGrid(224, 224, 4, ())
+    assert architecture.map_grid == PatchGrid(224, 224, 32, ()) == architecture.place(12).grid
+    assert architecture.place(3).grid == PatchGrid(224, 224, 8, ()) and architecture.place(3).heads == 6
