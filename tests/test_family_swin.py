@@ -331,3 +331,23 @@ def test_describe_gives_swins_stages_before_any_weights_load():
     assert architecture.grid == PatchGrid(224, 224, 4, ())
     assert architecture.map_grid == PatchGrid(224, 224, 32, ()) == architecture.place(12).grid
     assert architecture.place(3).grid == PatchGrid(224, 224, 8, ()) and architecture.place(3).heads == 6
+
+
+@pytest.mark.slow
+def test_attend_prints_nothing_when_the_captured_pattern_does_not_give_the_heads_outputs(
+    swin_model, photo, monkeypatch
+):
+    from vitcli.capture.families import timm_swin
+    from vitcli.errors import VitcliError
+    from vitcli.experiments import attention
+
+    grid = swin_model.family.places()[SHIFTED - 1].grid
+    query = attention.parse_query(grid, "74")
+    prepared = [swin_model.prepare(photo)]
+    (shown,) = attention.attend(swin_model, prepared, query, [SHIFTED], [1])
+    assert shown.stage == 2 and max(shown.self_check.values()) <= 1e-6
+    right = timm_swin.WindowLayout.pattern
+    # Rows moved one key along: still probabilities summing to 1, but no longer the ones the module used.
+    monkeypatch.setattr(timm_swin.WindowLayout, "pattern", lambda self, windowed: right(self, windowed).roll(1, -1))
+    with pytest.raises(VitcliError, match="self-check failed in block 4: the captured attention @ v differs"):
+        attention.attend(swin_model, prepared, query, [SHIFTED], [1])

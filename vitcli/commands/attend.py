@@ -69,7 +69,7 @@ class AttendJob(Job):
         from vitcli.experiments.rollout import check_rollout_options
 
         grid, num_heads = architecture.grid, architecture.num_heads
-        if len({place.grid for place in architecture.places}) > 1:
+        if architecture.staged:
             # Swin: every stage has its own grid, so a query is a patch of one block's stage grid.
             refuse_across_stages(self.view, architecture)
             self.blocks = attention.resolve_blocks(architecture.depth, self.block, False)

@@ -95,9 +95,7 @@ class PatchOcclusionJob(OcclusionJob):
         from vitcli.experiments.occlusion import SlidingWindows
 
         super().check(architecture)
-        grid = architecture.grid
-        if len({place.grid for place in architecture.places}) > 1:
-            grid = architecture.places[-1].grid  # Swin: one cover per token of the last stage (7x7 of 32 pixels)
+        grid = architecture.map_grid  # Swin: one cover per token of the last stage (7x7 of 32 pixels)
         size = self.size if self.size is not None else grid.patch_size
         self.windows = SlidingWindows(grid, size, self.stride if self.stride is not None else size)
 

@@ -116,14 +116,16 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
             trace = model.trace(inputs, keep=[block - 1 for block in blocks])
             attention = {block: trace.blocks[block - 1].attention for block in blocks}
             differences = {block: model.attention_self_check(trace.blocks[block - 1]) for block in blocks}
+            compared = "the explicit attention differs from the module's own output"
         else:
             attention, differences = captured_attention(model, inputs, blocks)
+            compared = "the captured attention @ v differs from the heads' outputs"
         for block in blocks:
             worst = float(differences[block].max())
             if not worst <= SELF_CHECK_TOLERANCE:
                 raise VitcliError(
-                    f"self-check failed in block {block}: the explicit attention differs from the module's own "
-                    f"output by {worst:.3g} (tolerance {SELF_CHECK_TOLERANCE:g}); no results printed"
+                    f"self-check failed in block {block}: {compared} by {worst:.3g} "
+                    f"(tolerance {SELF_CHECK_TOLERANCE:g}); no results printed"
                 )
             sums = float((attention[block].double().sum(dim=-1) - 1).abs().max())
             if not sums <= SUM_TOLERANCE:
