@@ -7,10 +7,13 @@ its stage's grid, whose patch size is the input pixels per token at that stage (
 Swin's blocks keep (batch, H, W, C) rows and attend within 7x7 windows of the grid cyclically shifted by
 `shift_size` (odd blocks). The block sites give rows as (batch, H*W, C), row by row like P1..PN. Sites inside the
 attention (q, k, v, z) are taken from window order back to grid order by one permutation of the tokens, so they can
-be replaced too. `attn.hook_pattern` is each window's (heads, 49, 49) probabilities put onto the stage grid: token i's
-row holds its window's probabilities at the grid positions of that window's tokens and 0 elsewhere (rows sum to 1;
-in a shifted block, the tokens of a wrapped-around window that timm masks with -100 keep their tiny e^-100 share).
-It is read-only: a replacement could put weight outside a window, which the module cannot compute.
+be replaced too; q and k are the qkv Linear's rows before timm's scale, and the scores add the relative position
+bias (and, in a shifted block, the mask) to q k^T * scale, so the pattern is not softmax(q k^T * scale) alone.
+
+`attn.hook_pattern` is each window's (heads, 49, 49) probabilities put onto the stage grid: token i's row holds its
+window's probabilities at the grid positions of that window's tokens and 0 elsewhere (rows sum to 1; in a shifted
+block, the tokens of a wrapped-around window that timm masks with -100 keep their tiny e^-100 share). It is
+read-only: a replacement could put weight outside a window, which the module cannot compute.
 """
 
 from __future__ import annotations
