@@ -65,8 +65,10 @@ def timm_window_probabilities(net, block, inputs: torch.Tensor) -> torch.Tensor:
     return kept[0]
 
 
-def test_blocks_count_over_the_stages_with_each_stage_grid(swin):
-    family = family_of(swin)
+def test_blocks_count_over_the_stages_with_each_stage_grid():
+    from vitcli.loading import require_vit
+
+    family = family_of(require_vit(SWIN))  # the meta skeleton: no weights needed
     places = family.places()
     assert len(family.blocks()) == len(places) == 12
     assert [place.stage for place in places] == [1, 1, 2, 2, 3, 3, 3, 3, 3, 3, 4, 4]
