@@ -272,6 +272,9 @@ def test_describe_gives_the_loaded_models_facts(spec):
         labels=tuple(model.labels),
         global_pool=model.net.global_pool,
         mlp_hidden=model.net.blocks[0].mlp.fc1.out_features,
+        family=model.family.name,
+        features=model.family.features,
+        places=tuple(model.family.places()),
     )
 
 

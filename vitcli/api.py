@@ -226,8 +226,11 @@ def architecture_of(model: VitModel) -> Architecture:
         grid=model.grid,
         num_classes=model.num_classes,
         labels=tuple(model.labels),
-        global_pool=model.net.global_pool,
-        mlp_hidden=mlp_hidden_width(model.net),
+        global_pool=model.family.pooling,
+        mlp_hidden=mlp_hidden_width(model.family.blocks()[0], model.embed_dim),
+        family=model.family.name,
+        features=model.family.features,
+        places=tuple(model.family.places()) if model.family.refusal() is None else (),
     )
 
 

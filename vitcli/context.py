@@ -190,7 +190,22 @@ def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job])
                 f"{model_name} has no classifier head (num_classes=0): `{job.command}` needs class "
                 "scores; `patches` and `attend` work without one"
             )
+        if architecture.staged and job_needs_one_grid(job):
+            grids = ", ".join(dict.fromkeys(f"{place.grid.rows}x{place.grid.cols}" for place in architecture.places))
+            raise UsageError(
+                f"`{job.command}` follows every token's row through the blocks on one token grid; the stages of "
+                f"{model_name} have their own grids ({grids}): see docs/models.md"
+            )
         job.check(architecture)
+
+
+# Commands written for one token grid through every block (timm's VisionTransformer forward): Swin's stages refuse
+# them until they read the model through the capture layer. anatomy's filters view reads only the patch embedding.
+ONE_GRID_COMMANDS = frozenset(("patches", "trace", "lens", "attribute", "patch", "anatomy"))
+
+
+def job_needs_one_grid(job: Job) -> bool:
+    return job.command in ONE_GRID_COMMANDS and getattr(job, "view", None) != "filters"
 
 
 def _shell_word(argument: str) -> str:

@@ -29,7 +29,7 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from vitcli.capture import family_of
+from vitcli.capture import BlockPlace, family_of
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.loading_towers import is_tower
@@ -68,6 +68,23 @@ class Architecture:
     labels: tuple[str, ...]  # one name per class
     global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
     mlp_hidden: int = 0  # the width of a block's MLP hidden layer (fc1's outputs)
+    family: str = ""  # the family adapter's name (capture.Family.name)
+    features: frozenset[str] = frozenset()  # what the family offers (capture.family.FEATURES)
+    places: tuple[BlockPlace, ...] = ()  # every block's stage, grid and heads (Swin's stages differ)
+
+    def place(self, block: int) -> BlockPlace:
+        """The place of one-based block `block`."""
+        return self.places[block - 1]
+
+    @property
+    def staged(self) -> bool:
+        """Whether the blocks attend over grids of their stage (Swin) rather than one grid."""
+        return len({place.grid for place in self.places}) > 1
+
+    @property
+    def map_grid(self) -> PatchGrid:
+        """VitModel.map_grid before the weights load: the input's grid, or the last stage's."""
+        return self.places[-1].grid if self.staged else self.grid
 
     @property
     def longest_vector(self) -> int:
@@ -123,22 +140,29 @@ def describe(spec: WeightsSpec) -> Architecture:
     num_classes = skeleton.num_classes
     if not spec.random and spec.checkpoint is not None:
         num_classes = head_classes(_read_state(spec.checkpoint, values=False))
+    family = family_of(skeleton)
+    blocks = family.blocks()
+    # A family's places need its standard blocks; a refused family still names its depth and heads.
+    places = tuple(family.places()) if family.refusal() is None else ()
     return Architecture(
         name=spec.model_name,
-        depth=len(skeleton.blocks),
-        num_heads=next(module.num_heads for module in skeleton.blocks[0].modules() if hasattr(module, "num_heads")),
-        embed_dim=skeleton.embed_dim,
+        depth=len(blocks),
+        num_heads=next(module.num_heads for module in blocks[0].modules() if hasattr(module, "num_heads")),
+        embed_dim=family.width,
         grid=patch_grid(skeleton),
         num_classes=num_classes,
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
-        global_pool=skeleton.global_pool,
-        mlp_hidden=mlp_hidden_width(skeleton),
+        global_pool=family.pooling,
+        mlp_hidden=mlp_hidden_width(blocks[0], family.width),
+        family=family.name,
+        features=family.features,
+        places=places,
     )
 
 
-def mlp_hidden_width(skeleton: VisionTransformer) -> int:
-    fc1 = getattr(getattr(skeleton.blocks[0], "mlp", None), "fc1", None)
-    return int(getattr(fc1, "out_features", 4 * skeleton.embed_dim))
+def mlp_hidden_width(block: torch.nn.Module, width: int) -> int:
+    fc1 = getattr(getattr(block, "mlp", None), "fc1", None)
+    return int(getattr(fc1, "out_features", 4 * width))
 
 
 def default_batch_size(device: torch.device) -> int:
@@ -191,7 +215,9 @@ def require_vit(name: str) -> VisionTransformer:
         raise UsageError(
             f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs"
         ) from error
-    if getattr(skeleton, "cls_token", None) is None:
+    # Swin has no class token and pools by average; the refusal stays for timm's VisionTransformer until each
+    # command says what it needs of a family.
+    if isinstance(skeleton, VisionTransformer) and getattr(skeleton, "cls_token", None) is None:
         raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
     if type(skeleton.patch_embed) is not PatchEmbed:
         raise UsageError(

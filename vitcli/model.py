@@ -116,6 +116,14 @@ class VitModel:
         return self.family.num_classes
 
     @property
+    def map_grid(self) -> PatchGrid:
+        """The grid explanation maps, their curves and occlusion's covers use: the input's patch grid, or for
+        families of stages (Swin) the last stage's grid, where the final rows and Grad-CAM are (7x7 of 32 pixels)."""
+        if "plain_rows" in self.family.features:
+            return self.grid
+        return self.family.places()[-1].grid
+
+    @property
     def mean(self) -> tuple[float, float, float]:
         return tuple(self.data_config["mean"])
 
@@ -225,7 +233,8 @@ class VitModel:
         embed = self.net.patch_embed
         size = self.grid.patch_size
         return (
-            type(embed) is PatchEmbed
+            "plain_rows" in self.family.features  # rows_logits runs plain blocks on one grid
+            and type(embed) is PatchEmbed
             and embed.proj.kernel_size == embed.proj.stride == (size, size)
             and not embed.dynamic_img_pad
         )
@@ -243,9 +252,9 @@ class VitModel:
         return net.forward_head(net.norm(row_0_of_block(net.blocks[-1], net.blocks[:-1](rows))))
 
     def image_logits(self, inputs: Tensor) -> Tensor:
-        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits(); other families than timm's
-        VisionTransformer (hf:, open_clip:) run their own forward."""
-        if not isinstance(self.net, VisionTransformer):
+        """Logits of (B, 3, H, W) normalized inputs through embed() and rows_logits(), or the family's own forward
+        where rows_logits cannot follow the blocks (Swin's windows and stages; hf: and open_clip: towers)."""
+        if not isinstance(self.net, VisionTransformer) or "plain_rows" not in self.family.features:
             return self.family.forward(inputs)
         return self.rows_logits(self.embed(inputs))
 

@@ -4,6 +4,8 @@ Block sites (blocks count from 1 over all stages, as everywhere in vitcli):
 
     blocks.B.hook_resid_pre      (batch, tokens, width)          the rows entering block B
     blocks.B.ln1.hook_normalized (batch, tokens, width)          the first norm's output: what the attention reads
+    blocks.B.ln2.hook_normalized (batch, tokens, width)          the second norm's output: what the MLP reads
+                                                                  (timm's ViT and Swin)
     blocks.B.attn.hook_q / hook_k / hook_v (batch, tokens, heads, d) per head, q and k after any q/k norm and rotary
                                                                   embedding: what the scores are made of
     blocks.B.attn.hook_pattern   (batch, heads, tokens, tokens)  the attention probabilities (the block runs its
@@ -43,6 +45,7 @@ from vitcli.capture.family import Family, Tap
 BLOCK_SITES = (
     "hook_resid_pre",
     "ln1.hook_normalized",
+    "ln2.hook_normalized",
     "attn.hook_q",
     "attn.hook_k",
     "attn.hook_v",

@@ -68,7 +68,13 @@ class AttendJob(Job):
         from vitcli.experiments import attention
         from vitcli.experiments.rollout import check_rollout_options
 
-        grid = architecture.grid
+        grid, num_heads = architecture.grid, architecture.num_heads
+        if architecture.staged:
+            # Swin: every stage has its own grid, so a query is a patch of one block's stage grid.
+            refuse_across_stages(self.view, architecture)
+            self.blocks = attention.resolve_blocks(architecture.depth, self.block, False)
+            place = architecture.place(self.blocks[0])
+            grid, num_heads = place.grid, place.heads
         self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
         if not (self.view is View.summary and self.query_text.strip().lower() == "all"):
             self.query = attention.parse_query(grid, self.query_text)
@@ -76,7 +82,7 @@ class AttendJob(Job):
             check_rollout_options(self.head_fusion, self.discard_ratio)
         if self.view in (View.map, View.all_blocks):
             self.blocks = attention.resolve_blocks(architecture.depth, self.block, self.view is View.all_blocks)
-            self.heads = attention.resolve_heads(architecture.num_heads, self.head, self.all_heads)
+            self.heads = attention.resolve_heads(num_heads, self.head, self.all_heads)
 
     def name(self) -> str:
         query = setting("q", "all" if self.query is None else _query_part(self.query))
@@ -132,6 +138,21 @@ class AttendJob(Job):
             view.document(result),
             figure=lambda: view.figure(result, self.scale),
             summary=view.summary(result),
+        )
+
+
+def refuse_across_stages(view: View, architecture: Any) -> None:
+    """Views that follow one query through blocks on one token grid cannot cross Swin's stages."""
+    grids = ", ".join(dict.fromkeys(f"{place.grid.rows}x{place.grid.cols}" for place in architecture.places))
+    if view is View.rollout:
+        raise UsageError(
+            "rollout multiplies attention across blocks on one token grid; Swin's stages have different grids "
+            f"({grids})"
+        )
+    if view is not View.map:
+        raise UsageError(
+            f"--view {view.value} follows a query through every block on one token grid; the stages of "
+            f"{architecture.name} have different grids ({grids}): use --view map --block B"
         )
 
 

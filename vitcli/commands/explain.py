@@ -70,6 +70,26 @@ def resolve_target_text(architecture: Any, text: str | None) -> int | None:
     return None if text is None else resolve_class(architecture.labels, text)
 
 
+def refuse_on_stages(methods: list[str], block: int, architecture: Any) -> None:
+    """What a model of stages with their own grids (Swin) cannot explain: attention carried across blocks, the CLS
+    query's attention, Grad-CAM off the last stage's grid (the one every map is drawn on)."""
+    across = [method for method in ("rollout", "grad-rollout", "relevance") if method in methods]
+    if across:
+        raise UsageError(
+            f"--method {across[0]}: rollout multiplies attention across blocks on one token grid; Swin's stages "
+            "have different grids"
+        )
+    if "attention" in methods:
+        raise UsageError(f"--method attention shows the CLS query's attention; {architecture.name} has no class token")
+    last = [place.number for place in architecture.places if place.grid == architecture.map_grid]
+    if "gradcam" in methods and block not in last:
+        grid = architecture.map_grid
+        raise UsageError(
+            f"--block {block}: Grad-CAM on {architecture.name} reads a block of the last stage, whose "
+            f"{grid.rows}x{grid.cols} grid every map is drawn on: {last[0]}..{last[-1]}"
+        )
+
+
 class ExplainJob(Job):
     command = "explain"
 
@@ -102,11 +122,13 @@ class ExplainJob(Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        depth, patches = architecture.depth, architecture.grid.num_patches
+        depth, patches = architecture.depth, architecture.map_grid.num_patches
         if self.block is None:
             self.block = depth
         if not 1 <= self.block <= depth:
             raise UsageError(f"--block must be between 1 and {depth} (the model's blocks), not {self.block}")
+        if architecture.staged:
+            refuse_on_stages(self.methods, self.block, architecture)
         if self.faithfulness:
             if self.steps is None:
                 self.steps = min(DEFAULT_STEPS, patches)

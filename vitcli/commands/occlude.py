@@ -95,8 +95,9 @@ class PatchOcclusionJob(OcclusionJob):
         from vitcli.experiments.occlusion import SlidingWindows
 
         super().check(architecture)
-        size = self.size if self.size is not None else architecture.grid.patch_size
-        self.windows = SlidingWindows(architecture.grid, size, self.stride if self.stride is not None else size)
+        grid = architecture.map_grid  # Swin: one cover per token of the last stage (7x7 of 32 pixels)
+        size = self.size if self.size is not None else grid.patch_size
+        self.windows = SlidingWindows(grid, size, self.stride if self.stride is not None else size)
 
     def name(self) -> str:
         windows = self.windows

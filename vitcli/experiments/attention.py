@@ -22,6 +22,10 @@ from vitcli.model import PreparedImage, VitModel
 
 SELF_CHECK_TOLERANCE = 1e-4  # largest |explicit - fused| attention-module output allowed, in the model's units
 SUM_TOLERANCE = 1e-5  # largest |row sum - 1| allowed for a row of attention
+# What the self-check compares: the explicit forward against the fused module, or (families without one) the
+# captured pattern against the heads' outputs the module computed in the same forward.
+EXPLICIT_CHECK = "largest |explicit attention @ v, heads joined and projected - the attention module's own output|"
+CAPTURED_CHECK = "largest |captured attention @ v - every head's output as the attention module computed it|"
 
 
 # ----- what the user asked for
@@ -53,6 +57,8 @@ def parse_query(grid: PatchGrid, text: str) -> Query:
     try:
         patch = grid.parse_patch(text.strip())
     except UsageError as error:
+        if not grid.prefix_names:
+            raise UsageError(f"--query {text}: {error} (this model has no class token)") from error
         names = ", ".join(name.lower() for name in grid.prefix_names)
         which = "the class token" if grid.num_prefix == 1 else "the prefix tokens"
         raise UsageError(f"--query {text}: {error}; or {names} for {which}") from error
@@ -105,18 +111,23 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
     """
     for start in range(0, len(images), model.batch_size):
         batch = images[start : start + model.batch_size]
-        trace = model.trace(torch.stack([image.input for image in batch]), keep=[block - 1 for block in blocks])
-        differences = {}
+        inputs = torch.stack([image.input for image in batch])
+        if "explicit_forward" in model.family.features:
+            trace = model.trace(inputs, keep=[block - 1 for block in blocks])
+            attention = {block: trace.blocks[block - 1].attention for block in blocks}
+            differences = {block: model.attention_self_check(trace.blocks[block - 1]) for block in blocks}
+            compared = "the explicit attention differs from the module's own output"
+        else:
+            attention, differences = captured_attention(model, inputs, blocks)
+            compared = "the captured attention @ v differs from the heads' outputs"
         for block in blocks:
-            traced = trace.blocks[block - 1]
-            differences[block] = model.attention_self_check(traced)
             worst = float(differences[block].max())
             if not worst <= SELF_CHECK_TOLERANCE:
                 raise VitcliError(
-                    f"self-check failed in block {block}: the explicit attention differs from the module's own "
-                    f"output by {worst:.3g} (tolerance {SELF_CHECK_TOLERANCE:g}); no results printed"
+                    f"self-check failed in block {block}: {compared} by {worst:.3g} "
+                    f"(tolerance {SELF_CHECK_TOLERANCE:g}); no results printed"
                 )
-            sums = float((traced.attention.double().sum(dim=-1) - 1).abs().max())
+            sums = float((attention[block].double().sum(dim=-1) - 1).abs().max())
             if not sums <= SUM_TOLERANCE:
                 raise VitcliError(
                     f"attention rows of block {block} sum to 1 only within {sums:.3g} (tolerance {SUM_TOLERANCE:g})"
@@ -124,9 +135,29 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
         for row, image in enumerate(batch):
             yield CheckedImage(
                 image,
-                {block: trace.blocks[block - 1].attention[row] for block in blocks},
+                {block: attention[block][row] for block in blocks},
                 {block: float(differences[block][row]) for block in blocks},
             )
+
+
+def captured_attention(
+    model: VitModel, inputs: Tensor, blocks: Sequence[int]
+) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
+    """For families vitcli does not write out by hand (Swin): each block's pattern read at its capture site in one
+    forward, and per image the largest |pattern @ v - z| (every head's output as the module computed it)."""
+    from vitcli.capture import block_site, caching, pattern_site
+
+    kinds = ("attn.hook_pattern", "attn.hook_v", "attn.hook_z")
+    sites = [block_site(block, kind) for block in blocks for kind in kinds]
+    with torch.no_grad(), caching(model.net, sites) as cache:
+        model.net(inputs.to(model.device))
+    attention, differences = {}, {}
+    for block in blocks:
+        pattern, v, z = (cache[block_site(block, kind)] for kind in kinds)
+        explicit = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
+        differences[block] = (explicit - z).abs().flatten(1).amax(dim=1).cpu()
+        attention[block] = cache[pattern_site(block)].cpu()
+    return attention, differences
 
 
 # ----- one query row per block and head
@@ -165,6 +196,8 @@ class QueryAttention:
     self_check: dict[int, float]  # one-based block -> largest |explicit - fused| attention output
     weights: str  # the model weights' label, e.g. "RANDOM (seed 0)"
     top_k: int = 10
+    stage: int | None = None  # the blocks' stage in a model of stages with their own grids (Swin), else None
+    self_check_what: str = EXPLICIT_CHECK
 
 
 def attend(
@@ -175,13 +208,17 @@ def attend(
     heads: Sequence[int],
     top_k: int = 10,
 ) -> list[QueryAttention]:
-    """The query's row of attention in each given (block, head), per image; blocks and heads one-based."""
-    check_top_k(model.grid, top_k)
+    """The query's row of attention in each given (block, head), per image; blocks and heads one-based. The blocks
+    share one grid: the model's, or their stage's (Swin)."""
+    places = model.family.places()
+    (grid,) = {places[block - 1].grid for block in blocks}
+    stages = {place.stage for place in places}
+    check_top_k(grid, top_k)
     return [
         QueryAttention(
             image.prepared.source,
             image.prepared.crop_uint8(),
-            model.grid,
+            grid,
             query,
             [
                 AttentionRow(block, head, image.attention[block][head - 1, query.token].clone())
@@ -191,6 +228,8 @@ def attend(
             image.self_check,
             model.spec.label,
             top_k,
+            places[blocks[0] - 1].stage if len(stages) > 1 else None,
+            EXPLICIT_CHECK if "explicit_forward" in model.family.features else CAPTURED_CHECK,
         )
         for image in checked_traces(model, images, blocks)
     ]

@@ -10,13 +10,14 @@ the result carries the difference. Every map keeps its raw values: nothing is mi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitcli.capture import block_site, caching_with_gradients, pattern_site
 from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
@@ -98,7 +99,7 @@ def count_work(
 ) -> int:
     """Passes `explain` reports through on_progress: occlusion's covers, the pixel methods' backward passes and the
     faithfulness curves."""
-    covers = model.grid.num_patches if "occlusion" in methods else 0
+    covers = model.map_grid.num_patches if "occlusion" in methods else 0
     backwards = count_backwards(list(methods), gradient_options or GradientOptions())
     return covers + backwards + (count_forwards(len(methods), options) if options is not None else 0)
 
@@ -135,7 +136,7 @@ def capture_gradients(
     """
     net = model.net
     attention_sites = [pattern_site(number) for number in range(1, model.depth + 1)] if attention else []
-    feature_sites = [block_site(feature_block, "ln1.hook_normalized")] if feature_block is not None else []
+    feature_sites = [block_site(feature_block, gradcam_site(model))] if feature_block is not None else []
     dtype = next(net.parameters()).dtype
     # A copy that requires grad: the graph reaches the input whatever the parameters' flags, and autograd.grad to
     # it leaves the parameters' .grad untouched.
@@ -167,6 +168,21 @@ def capture_gradients(
         feature_gradients[0] if feature_gradients is not None else None,
         difference,
     )
+
+
+def gradcam_site(model: VitModel) -> str:
+    """The block site Grad-CAM reads: ln1's output on one-grid families, ln2's on Swin (see gradcam_layer)."""
+    return "ln1.hook_normalized" if "plain_rows" in model.family.features else "ln2.hook_normalized"
+
+
+def gradcam_layer(model: VitModel, block: int) -> tuple[nn.Module, str]:
+    """The module whose output Grad-CAM reads in a one-based block, and its name: pytorch-grad-cam's documented
+    recipes, norm1 for ViTs (blocks[-1].norm1) and norm2 for Swin (layers[-1].blocks[-1].norm2), whose norm2 reads
+    the rows in grid order (its norm1 keeps them as (H, W) rows)."""
+    module = model.family.blocks()[block - 1]
+    layer = module.norm1 if "plain_rows" in model.family.features else module.norm2
+    name = next(name for name, found in model.net.named_modules() if found is layer)
+    return layer, re.sub(r"\.([0-9]+)", r"[\1]", name)  # blocks.11.norm1 -> blocks[11].norm1
 
 
 def _unbatched(tensors: list[Tensor | None]) -> Tensor | None:
@@ -230,7 +246,7 @@ def explain(
     gradient_options = gradient_options or GradientOptions()
     check_gradient_options(gradient_options)
     if faithfulness is not None:
-        check_options(model.grid, faithfulness)
+        check_options(model.map_grid, faithfulness)
     if {"rollout", "grad-rollout"} & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
     if clean_logits is None:
@@ -259,7 +275,7 @@ def explain(
     return Explanation(
         prepared.source,
         prepared.crop_uint8(),
-        model.grid,
+        model.map_grid,
         model.spec.label,
         scored(target_index),
         scored(top),
@@ -312,7 +328,7 @@ def method_maps(
             eval_logits=clean_logits,
             contrast=contrast,
         )
-    grid = model.grid
+    grid = model.map_grid
     fill, head_fusion, discard_ratio = settings.fill, settings.head_fusion, settings.discard_ratio
     fusion = f"head fusion {head_fusion}, discard ratio {discard_ratio:g}"
     logit = "logit" if contrast is None else f"(logit - logit of class {contrast})"
@@ -332,8 +348,8 @@ def method_maps(
         "gradcam": lambda: (
             gradcam_map(grid, capture.features, capture.feature_gradients),
             "Grad-CAM",
-            f"Grad-CAM at blocks[{block - 1}].norm1 (block {block}): ReLU(sum over channels of the patch-mean gradient "
-            f"of the {logit} times the feature); prefix tokens dropped",
+            f"Grad-CAM at {gradcam_layer(model, block)[1]} (block {block}): ReLU(sum over channels of the patch-mean "
+            f"gradient of the {logit} times the feature); prefix tokens dropped",
         ),
         "attention": lambda: (
             patch_map(grid, capture.attention[block - 1].double().mean(dim=0)[0]),
@@ -364,6 +380,6 @@ def method_maps(
 
 
 def _occlusion_map(model: VitModel, prepared: PreparedImage, target: int, fill: str, on_progress) -> np.ndarray:
-    size = model.grid.patch_size
-    windows = SlidingWindows(model.grid, size, size)
+    size = model.map_grid.patch_size
+    windows = SlidingWindows(model.map_grid, size, size)
     return occlude_patches(model, prepared, windows, str(target), fill, on_progress).drop_grid.double().numpy()

@@ -134,7 +134,7 @@ def faithfulness(
     on_progress: Callable[[int], None] | None = None,
 ) -> Faithfulness:
     """Deletion and insertion curves of each (rows, cols) map for one (3, H, W) normalized image and its fill."""
-    grid = model.grid
+    grid = model.map_grid
     check_options(grid, options)
     if fill.shape != image.shape:
         raise ValueError(f"fill {tuple(fill.shape)} and image {tuple(image.shape)} differ in shape")
@@ -204,7 +204,8 @@ def perturbed_batches(image: Tensor, fill: Tensor, grid: PatchGrid, jobs: Sequen
 
 def _target_probabilities(model, image, fill, jobs, target, on_progress) -> Tensor:
     results = []
-    for logits in model.stream(model.image_logits, perturbed_batches(image, fill, model.grid, jobs, model.batch_size)):
+    batches = perturbed_batches(image, fill, model.map_grid, jobs, model.batch_size)
+    for logits in model.stream(model.image_logits, batches):
         results.append(logits.softmax(dim=-1)[:, target])
         if on_progress is not None:
             on_progress(len(logits))

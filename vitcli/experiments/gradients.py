@@ -152,6 +152,6 @@ def pixel_attribution(
         definition = f"gradient x input of {score}"
     else:
         raise ValueError(f"not a pixel method: {method}")
-    attribution = PixelAttribution(pixels.numpy(), patch_sums(model.grid, pixels), completeness)
+    attribution = PixelAttribution(pixels.numpy(), patch_sums(model.map_grid, pixels), completeness)
     definition += "; per patch: sum of |attribution| over the patch's pixels and channels (signed sum kept)"
-    return patch_sums(model.grid, pixels.abs()), attribution, "sum |attribution| per patch", definition
+    return patch_sums(model.map_grid, pixels.abs()), attribution, "sum |attribution| per patch", definition

@@ -377,14 +377,14 @@ def occlude_patches(
     base = baseline(model, prepared, target, fill, clean_logits)
     covers = list(windows)
     outcomes = measure_covers(model, prepared.input, fill_image(model, prepared, fill), covers, base, on_batch)
-    pixel_map = pixel_drop_map(covers, [outcome.drop for outcome in outcomes], model.grid)
+    pixel_map = pixel_drop_map(covers, [outcome.drop for outcome in outcomes], windows.grid)
     return PatchOcclusion(
         base,
-        model.grid,
+        windows.grid,
         windows,
         outcomes,
         drop_counts(outcomes),
         pixel_map,
-        patch_drop_grid(pixel_map, model.grid),
+        patch_drop_grid(pixel_map, windows.grid),
         prepared.crop_uint8(),
     )

@@ -10,12 +10,22 @@ import numpy as np
 from rich.table import Table
 from torch import Tensor
 
-from vitcli.experiments.attention import SELF_CHECK_TOLERANCE, Query, QueryAttention, patch_map
+from vitcli.experiments.attention import (
+    CAPTURED_CHECK,
+    EXPLICIT_CHECK,
+    SELF_CHECK_TOLERANCE,
+    Query,
+    QueryAttention,
+    patch_map,
+)
 from vitcli.grid import PatchGrid
 from vitcli.render import weights_caption
 
 MULTI_MAP_TOP = 3  # sources listed per map when one table holds many maps
-SELF_CHECK_WHAT = "largest |explicit attention @ v, heads joined and projected - the attention module's own output|"
+CHECK_CAPTION = {
+    EXPLICIT_CHECK: "explicit vs fused attention output",
+    CAPTURED_CHECK: "captured attention @ v vs heads",
+}
 
 
 def table(result: QueryAttention) -> Table:
@@ -23,28 +33,26 @@ def table(result: QueryAttention) -> Table:
         row = result.maps[0]
         single = titled_table(
             result.source.display_path,
-            f"block {row.block}, head {row.head}: attention of {query_label(result.query)}",
-            f"CLS attention {percent(row.attention[0])}%, self attention "
+            f"block {row.block}{stage_note(result)}, head {row.head}: attention of {query_label(result.query)}",
+            f"{cls_note(result.grid, row.attention)}self attention "
             f"{percent(row.attention[result.query.token])}%, sum over all {result.grid.num_tokens} sources "
-            f"{row.total:.6f}\n{self_check_caption(result.self_check, result.weights)}",
+            f"{row.total:.6f}\n{self_check_caption(result.self_check, result.weights, result.self_check_what)}",
         )
         return ranked_sources(single, result.grid, row.top(result.top_k), "attention %")
     many = titled_table(
         result.source.display_path,
-        f"attention of {query_label(result.query)}",
-        self_check_caption(result.self_check, result.weights),
+        f"attention of {query_label(result.query)}{stage_note(result)}",
+        self_check_caption(result.self_check, result.weights, result.self_check_what),
     )
+    has_cls = has_class_token(result.grid)
     for column in ("block", "head", "CLS %", "self %", f"top {MULTI_MAP_TOP} sources (%)", "sum"):
-        many.add_column(column, justify="left" if column.startswith("top") else "right")
+        if column != "CLS %" or has_cls:
+            many.add_column(column, justify="left" if column.startswith("top") else "right")
     for row in result.maps:
         top = ", ".join(f"{result.grid.token_name(token)} {100 * value:.2f}" for token, value in row.top(MULTI_MAP_TOP))
+        cls = [percent(row.attention[0])] if has_cls else []
         many.add_row(
-            str(row.block),
-            str(row.head),
-            percent(row.attention[0]),
-            percent(row.attention[result.query.token]),
-            top,
-            f"{row.total:.6f}",
+            str(row.block), str(row.head), *cls, percent(row.attention[result.query.token]), top, f"{row.total:.6f}"
         )
     return many
 
@@ -69,12 +77,13 @@ def document(result: QueryAttention) -> dict[str, Any]:
         "weights": result.weights,
         "query": query_json(result.query),
         "grid": grid_json(result.grid),
-        "self_check": self_check_json(result.self_check),
+        "stage": result.stage,
+        "self_check": self_check_json(result.self_check, result.self_check_what),
         "maps": [
             {
                 "block": row.block,
                 "head": row.head,
-                "cls_attention": float(row.attention[0]),
+                "cls_attention": float(row.attention[0]) if has_class_token(result.grid) else None,
                 "self_attention": float(row.attention[result.query.token]),
                 "sum": row.total,
                 "top": [{**place(result.grid, token), "attention": value} for token, value in row.top(result.top_k)],
@@ -91,7 +100,9 @@ def summary(result: QueryAttention) -> dict[str, Any]:
     return {
         "attention_query": result.query.name,
         "attention_maps": len(result.maps),
-        "attention_mean_cls": sum(float(row.attention[0]) for row in result.maps) / len(result.maps),
+        "attention_mean_cls": sum(float(row.attention[0]) for row in result.maps) / len(result.maps)
+        if has_class_token(result.grid)
+        else None,
         "attention_top_source": result.grid.token_name(token),
         "attention_top_value": value,
         "attention_top_block": strongest.block,
@@ -122,8 +133,9 @@ def figure(result: QueryAttention, scale: str = "own") -> Any:
     for panel, row, values in zip(panels, shown, maps, strict=False):
         mappable = figures.overlay(panel, result.crop, values, "inferno", low, high)
         mark_query(panel, result.grid, result.query)
-        panel.set_title(f"block {row.block}, head {row.head}", fontsize=9)
-        panel.set_xlabel(f"CLS attention {percent(row.attention[0])}% (not on the grid)", fontsize=8)
+        panel.set_title(f"block {row.block}{stage_note(result)}, head {row.head}", fontsize=9)
+        if has_class_token(result.grid):
+            panel.set_xlabel(f"CLS attention {percent(row.attention[0])}% (not on the grid)", fontsize=8)
     for panel in panels[len(maps) :]:
         panel.set_visible(False)
     colorbar = fig.colorbar(mappable, ax=panels, shrink=0.8 if panel_rows == 1 else 0.6)
@@ -159,9 +171,24 @@ def query_label(query: Query) -> str:
     return f"{query.name} (token {query.token}, row {query.row}, col {query.col})"
 
 
-def self_check_caption(self_check: dict[int, float], weights: str) -> str:
+def stage_note(result: QueryAttention) -> str:
+    """(stage 2, 28x28 grid)" for a model of stages (Swin), else nothing."""
+    if result.stage is None:
+        return ""
+    return f" (stage {result.stage}, {result.grid.rows}x{result.grid.cols} grid)"
+
+
+def has_class_token(grid: PatchGrid) -> bool:
+    return grid.num_prefix > 0 and grid.prefix_names[0] == "CLS"
+
+
+def cls_note(grid: PatchGrid, attention: Tensor) -> str:
+    return f"CLS attention {percent(attention[0])}%, " if has_class_token(grid) else ""
+
+
+def self_check_caption(self_check: dict[int, float], weights: str, what: str = EXPLICIT_CHECK) -> str:
     return (
-        f"self-check: explicit vs fused attention output, max |difference| {max(self_check.values()):.2g} "
+        f"self-check: {CHECK_CAPTION[what]}, max |difference| {max(self_check.values()):.2g} "
         f"(tolerance {SELF_CHECK_TOLERANCE:g})\n{weights_caption(weights)}"
     )
 
@@ -211,10 +238,10 @@ def grid_json(grid: PatchGrid) -> dict[str, Any]:
     }
 
 
-def self_check_json(self_check: dict[int, float]) -> dict[str, Any]:
+def self_check_json(self_check: dict[int, float], what: str = EXPLICIT_CHECK) -> dict[str, Any]:
     return {
         "tolerance": SELF_CHECK_TOLERANCE,
-        "what": SELF_CHECK_WHAT,
+        "what": what,
         "max_abs_difference_by_block": {str(block): difference for block, difference in sorted(self_check.items())},
     }
 

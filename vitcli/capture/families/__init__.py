@@ -24,12 +24,16 @@ LAZY_FAMILIES = {
 
 def family_of(net: nn.Module) -> Family:
     """The adapter for `net`, or ValueError naming its class when vitcli has none."""
+    from timm.models.swin_transformer import SwinTransformer
     from timm.models.vision_transformer import VisionTransformer
 
+    from vitcli.capture.families.timm_swin import TimmSwin
     from vitcli.capture.families.timm_vit import TimmViT
 
     if isinstance(net, VisionTransformer):
         return TimmViT(net)
+    if isinstance(net, SwinTransformer):
+        return TimmSwin(net)
     adapter = LAZY_FAMILIES.get((type(net).__module__.split(".")[0], type(net).__name__))
     if adapter is not None:
         module, name = adapter.split(":")

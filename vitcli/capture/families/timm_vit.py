@@ -90,7 +90,7 @@ def heads_at_input(module: nn.Module, heads: int) -> Tap:
 
 class TimmViT(Family):
     name = "timm VisionTransformer"
-    block_sites = ALL_BLOCK_SITES
+    block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
     model_sites = frozenset(("embed.hook_patches", "ln_final.hook_normalized", "pool.hook_out", "head.hook_in"))
 
     net: VisionTransformer
@@ -177,6 +177,7 @@ class TimmViT(Family):
         taps: dict[str, Callable[[], Tap]] = {
             "hook_resid_pre": lambda: Tap(block, "input"),
             "ln1.hook_normalized": lambda: Tap(block.norm1, "output"),
+            "ln2.hook_normalized": lambda: Tap(block.norm2, "output"),
             "attn.hook_q": lambda: per_head_q_or_k(attention.q_norm),
             "attn.hook_k": lambda: per_head_q_or_k(attention.k_norm),
             "attn.hook_v": lambda: v_of_qkv(attention.qkv, place.heads, place.head_dim),
