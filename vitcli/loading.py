@@ -67,6 +67,7 @@ class Architecture:
     labels: tuple[str, ...]  # one name per class
     global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
     mlp_hidden: int = 0  # the width of a block's MLP hidden layer (fc1's outputs)
+    embedding_width: int = 0  # the pooled embedding's width (what a head reads; embedding targets score it)
 
     @property
     def longest_vector(self) -> int:
@@ -123,6 +124,7 @@ def describe(spec: WeightsSpec) -> Architecture:
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=skeleton.global_pool,
         mlp_hidden=mlp_hidden_width(skeleton),
+        embedding_width=getattr(skeleton, "head_hidden_size", None) or skeleton.num_features,
     )
 
 

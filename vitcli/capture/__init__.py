@@ -4,6 +4,7 @@ adapters that map each kind of network onto them (`families`), and the edits a r
 from vitcli.capture.edits import Part, replaced
 from vitcli.capture.families import family_of
 from vitcli.capture.family import BlockPlace, Family, Tap
+from vitcli.capture.pooled import pooled_output
 from vitcli.capture.sites import (
     BLOCK_SITES,
     MODEL_SITES,
@@ -35,6 +36,7 @@ __all__ = [
     "pre_norm_refusal",
     "require_pre_norm",
     "pattern_site",
+    "pooled_output",
     "replaced",
     "resid_pre_site",
     "sublayer_site",

@@ -6,6 +6,9 @@ model's own modules: hooks keep the attention softmax outputs (timm's fused atte
 pass only, since it never forms the weights) and the output of `blocks[B-1].norm1`, and tensor hooks keep their
 gradients. The logits of that pass must equal the model's normal eval forward within OUTPUT_TOLERANCE; the result
 carries the difference. Every map keeps its raw values: nothing is min-max normalized here.
+
+An embedding target (vitcli.targets: --target-image, --target-direction, --target-feature) takes the logit's place:
+every pass then ends at the pooled embedding and differentiates, covers or scores the target's score instead.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from vitcli.experiments.rollout import attention_rollout, check_rollout_options
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, EmbeddingScore, output_of, score_of
 
 METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion", *PIXEL_METHODS)
 ATTENTION_METHODS = frozenset({"relevance", "grad-rollout", "attention", "rollout"})
@@ -57,8 +61,8 @@ class Explanation:
     crop: np.ndarray  # (H, W, 3) uint8: what the model saw
     grid: PatchGrid
     weights_label: str
-    target: ClassProbability  # the explained class, with its clean probability
-    top1: ClassProbability
+    target: ClassProbability | EmbeddingScore  # the explained class with its clean probability, or embedding target
+    top1: ClassProbability | None  # None when an embedding target is explained (the forward ends at the embedding)
     block: int  # one-based block whose norm1 output Grad-CAM reads and whose attention `attention` shows
     fill: str  # what covered pixels become, for occlusion and the faithfulness curves
     maps: list[MethodMap]
@@ -152,7 +156,7 @@ class OutputsAndGradients:
 class GradientCapture:
     """One image's hooked pass; tensors on the CPU, batch dimension removed."""
 
-    logits: Tensor  # (classes,)
+    logits: Tensor  # (classes,), or the pooled embedding (D,) for an embedding target
     attention: Tensor | None  # (blocks, heads, N, N) softmax(q k^T * scale)
     attention_gradients: Tensor | None  # d target logit / d attention, same shape
     features: Tensor | None  # (N, D) output of blocks[B-1].norm1
@@ -163,7 +167,7 @@ class GradientCapture:
 def capture_gradients(
     model: VitModel,
     image: Tensor,
-    target: int,
+    target: int | BoundTarget,
     attention: bool,
     feature_block: int | None,
     backward: bool = True,
@@ -171,9 +175,10 @@ def capture_gradients(
     contrast: int | None = None,
 ) -> GradientCapture:
     """Run one (3, H, W) normalized image through the model with hooks; backward from the target logit (minus the
-    contrast class's logit, when given).
+    contrast class's logit, when given), or from an embedding target's score of the pooled embedding.
 
-    eval_logits: the model's eval forward of the image, when already computed (else it runs here).
+    eval_logits: the model's eval forward of the image, when already computed (else it runs here; always for an
+    embedding target, whose forward ends at the pooled embedding).
     """
     net = model.net
     attention_modules = [block.attn.attn_drop for block in net.blocks] if attention else []
@@ -184,17 +189,20 @@ def capture_gradients(
     inputs = image[None].to(model.device, dtype).clone().requires_grad_(True)
     switch = unfused_attention(net) if attention else nullcontext()
     attention_capture, feature_capture = OutputsAndGradients(attention_modules), OutputsAndGradients(feature_modules)
-    with torch.enable_grad(), switch, attention_capture, feature_capture:
+    output = output_of(model, target)
+    with torch.enable_grad(), switch, attention_capture, feature_capture, output:
         logits = net(inputs)[0]
         if backward:
-            score = logits[target] - logits[contrast] if contrast is not None else logits[target]
-            torch.autograd.grad(score, inputs)
+            torch.autograd.grad(score_of(logits[None], target, contrast)[0], inputs)
     for capture in (attention_capture, feature_capture):
         if any(output is None for output in capture.outputs) or (
             backward and any(gradient is None for gradient in capture.gradients)
         ):
             raise VitcliError(f"cannot explain with {model.name}: a hooked module gave no output or gradient")
-    own = eval_logits.float().cpu() if eval_logits is not None else model.logits(inputs.detach())[0]
+    if eval_logits is None or isinstance(target, BoundTarget):
+        with output_of(model, target):
+            eval_logits = model.logits(inputs.detach())[0]
+    own = eval_logits.float().cpu()
     difference = float((logits.detach().float().cpu() - own).abs().max())
     if not difference <= OUTPUT_TOLERANCE:
         raise VitcliError(
@@ -263,11 +271,13 @@ def explain(
     clean_logits: Tensor | None = None,
     contrast: str | None = None,
     gradient_options: GradientOptions | None = None,
+    embedding: BoundTarget | None = None,
 ) -> Explanation:
     """Each method's raw map for the target class (default the clean top-1), and optionally their curves.
 
     clean_logits: the model's eval forward of the image, when the caller has it (else it runs here).
     contrast: a class whose logit the gradient methods subtract from the target's ("why target rather than this").
+    embedding: an embedding target, explained instead of a class (`target` and `contrast` are then None).
     """
     methods = check_methods(methods)
     block = resolve_block(model, block)
@@ -277,6 +287,9 @@ def explain(
         check_options(model.grid, faithfulness)
     if {"rollout", "grad-rollout"} & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
+    if embedding is not None:
+        return _explain_embedding(model, prepared, methods, embedding, block, fill, head_fusion, discard_ratio,
+                                  faithfulness, on_progress, gradient_options)
     if clean_logits is None:
         clean_logits = model.logits(prepared.input[None])[0]
     clean = clean_logits.float().cpu().softmax(dim=-1)
@@ -316,6 +329,43 @@ def explain(
     )
 
 
+def _explain_embedding(
+    model: VitModel,
+    prepared: PreparedImage,
+    methods: list[str],
+    target: BoundTarget,
+    block: int,
+    fill: str,
+    head_fusion: str,
+    discard_ratio: float,
+    faithfulness: FaithfulnessOptions | None,
+    on_progress: Callable[[int], None] | None,
+    gradient_options: GradientOptions,
+) -> Explanation:
+    with output_of(model, target):
+        score = float(target.score(model.logits(prepared.input[None]))[0])
+    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options)
+    maps, output_difference = method_maps(model, prepared, methods, target, settings, on_progress)
+    curves = None
+    if faithfulness is not None:
+        values = {item.method: item.values for item in maps}
+        fill_pixels = fill_image(model, prepared, fill)
+        curves = faithfulness_curves(model, prepared.input, fill_pixels, values, target, faithfulness, on_progress)
+    return Explanation(
+        prepared.source,
+        prepared.crop_uint8(),
+        model.grid,
+        model.spec.label,
+        EmbeddingScore(target.target, score),
+        None,
+        block,
+        fill,
+        maps,
+        output_difference,
+        curves,
+    )
+
+
 @dataclass(frozen=True)
 class MapSettings:
     """Everything but the image, the methods and the target that decides the maps."""
@@ -332,7 +382,7 @@ def method_maps(
     model: VitModel,
     prepared: PreparedImage,
     methods: Sequence[str],
-    target_index: int,
+    target_index: int | BoundTarget,
     settings: MapSettings,
     on_progress: Callable[[int], None] | None = None,
     clean_logits: Tensor | None = None,
@@ -360,6 +410,11 @@ def method_maps(
     fill, head_fusion, discard_ratio = settings.fill, settings.head_fusion, settings.discard_ratio
     fusion = f"head fusion {head_fusion}, discard ratio {discard_ratio:g}"
     logit = "logit" if contrast is None else f"(logit - logit of class {contrast})"
+    if isinstance(target_index, BoundTarget):
+        logit = target_index.target.unit
+    drop_unit, drop_definition = "drop (percentage points)", "100 x (clean - covered) target probability"
+    if isinstance(target_index, BoundTarget):
+        drop_unit, drop_definition = f"drop ({logit})", f"clean - covered {logit} ({target_index.target.short})"
     recipes = {
         "relevance": lambda: (
             relevance_map(grid, capture.attention, capture.attention_gradients),
@@ -391,8 +446,8 @@ def method_maps(
         ),
         "occlusion": lambda: (
             _occlusion_map(model, prepared, target_index, fill, on_progress),
-            "drop (percentage points)",
-            f"100 x (clean - covered) target probability, each patch alone covered with {fill} fill",
+            drop_unit,
+            f"{drop_definition}, each patch alone covered with {fill} fill",
         ),
     }
     maps = []
@@ -407,7 +462,10 @@ def method_maps(
     return maps, capture.output_difference if capture is not None else None
 
 
-def _occlusion_map(model: VitModel, prepared: PreparedImage, target: int, fill: str, on_progress) -> np.ndarray:
+def _occlusion_map(
+    model: VitModel, prepared: PreparedImage, target: int | BoundTarget, fill: str, on_progress
+) -> np.ndarray:
     size = model.grid.patch_size
     windows = SlidingWindows(model.grid, size, size)
-    return occlude_patches(model, prepared, windows, str(target), fill, on_progress).drop_grid.double().numpy()
+    followed = target if isinstance(target, BoundTarget) else str(target)
+    return occlude_patches(model, prepared, windows, followed, fill, on_progress).drop_grid.double().numpy()

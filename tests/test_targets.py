@@ -1,0 +1,132 @@
+"""Targets in embedding space (--target-image, --target-direction, --target-feature) for models with or without a
+class head: scores against torch's own functions, IG completeness, occlusion drops and DLA against direct scores."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from conftest import RANDOM_CPU, small_vit
+
+from vitcli.capture import pooled_output
+from vitcli.targets import EmbeddingTarget, bind
+
+
+@pytest.fixture(scope="module")
+def tiny2():
+    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64)
+
+
+@pytest.fixture(scope="module")
+def headless2():
+    """The same small ViT without a classifier head (timm num_classes=0): its forward ends at the pooled embedding."""
+    return small_vit("vit_tiny_patch16_224.augreg_in21k_ft_in1k", depth=2, img_size=64, num_classes=0)
+
+
+@pytest.fixture(scope="module")
+def reference_image(tmp_path_factory):
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    path = tmp_path_factory.mktemp("reference") / "reference.png"
+    Image.fromarray(rng.integers(0, 256, (80, 90, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def own_pooled(model, inputs: torch.Tensor) -> torch.Tensor:
+    """timm's own pre-logits embedding, computed without vitcli's capture layer."""
+    net = model.net
+    with torch.inference_mode():
+        return net.forward_head(net.forward_features(inputs), pre_logits=True)
+
+
+def image_target(model, path):
+    return bind(EmbeddingTarget("image", reference=path, sha256="0" * 64), model)
+
+
+def direction_target(model, seed: int = 3):
+    direction = np.random.default_rng(seed).standard_normal(model.embed_dim)
+    return bind(EmbeddingTarget("direction", direction=direction, sha256="1" * 64), model)
+
+
+def feature_target(model, index: int = 7):
+    return bind(EmbeddingTarget("feature", feature=index), model)
+
+
+@pytest.mark.parametrize("fixture", ["tiny2", "headless2"])
+def test_the_forward_inside_pooled_output_is_the_pooled_embedding(request, fixture, photo):
+    model = request.getfixturevalue(fixture)
+    inputs = model.prepare(photo).input[None]
+    with pooled_output(model.family):
+        ended = model.logits(inputs)
+        streamed = torch.cat(list(model.stream(model.image_logits, [inputs])))
+    assert ended.shape == (1, model.embed_dim)
+    assert torch.allclose(ended, own_pooled(model, inputs), atol=1e-6)
+    assert torch.allclose(streamed, own_pooled(model, inputs), atol=1e-5)
+    assert model.logits(inputs).shape[-1] == model.num_classes or model.num_classes == 0  # hooks are gone
+
+
+@pytest.mark.parametrize("fixture", ["tiny2", "headless2"])
+def test_the_image_target_is_torch_cosine_similarity_of_the_two_embeddings(request, fixture, photo, reference_image):
+    from vitcli.experiments.occlusion import baseline
+
+    model = request.getfixturevalue(fixture)
+    prepared = model.prepare(photo)
+    target = image_target(model, reference_image)
+    expected = F.cosine_similarity(
+        own_pooled(model, prepared.input[None]), own_pooled(model, model.prepare(reference_image).input[None])
+    )
+    assert baseline(model, prepared, target, "gray").target.score == pytest.approx(float(expected[0]), abs=1e-6)
+
+
+def test_integrated_gradients_are_complete_for_the_image_target(headless2, photo, reference_image):
+    from vitcli.experiments.explain import explain
+    from vitcli.experiments.explain_options import GradientOptions
+    from vitcli.experiments.occlusion import fill_image
+
+    prepared = headless2.prepare(photo)
+    target = image_target(headless2, reference_image)
+    steps = 64
+    result = explain(headless2, prepared, ["ig"], gradient_options=GradientOptions(ig_steps=steps), embedding=target)
+    check = result.maps[0].attribution.completeness
+    reference = own_pooled(headless2, headless2.prepare(reference_image).input[None])
+    ends = own_pooled(headless2, torch.stack([prepared.input, fill_image(headless2, prepared, "gray")]))
+    score, baseline_score = F.cosine_similarity(ends, reference).tolist()
+    assert check.score == pytest.approx(score, abs=1e-5)
+    assert check.baseline_score == pytest.approx(baseline_score, abs=1e-5)
+    assert check.weight_total == pytest.approx(1 - 1 / steps)
+    # As for a class logit (tests/test_gradients.py): the rest is the Riemann error of the path.
+    assert check.relative_error < 0.2
+    assert result.target.score == pytest.approx(score, abs=1e-5) and result.top1 is None
+
+
+@pytest.mark.parametrize("kind", ["image", "direction", "feature"])
+def test_an_occlusion_drop_is_the_difference_of_the_scores_computed_directly(tiny2, photo, reference_image, kind):
+    from vitcli.experiments.occlusion import SlidingWindows, covered_copy, fill_image, occlude_patches
+
+    target = {
+        "image": lambda: image_target(tiny2, reference_image),
+        "direction": lambda: direction_target(tiny2),
+        "feature": lambda: feature_target(tiny2),
+    }[kind]()
+    prepared = tiny2.prepare(photo)
+    windows = SlidingWindows(tiny2.grid, 16, 16)
+    result = occlude_patches(tiny2, prepared, windows, target, "black")
+    fill = fill_image(tiny2, prepared, "black")
+    covered = torch.stack([covered_copy(prepared.input, fill, outcome.cover) for outcome in result.outcomes])
+    pooled = own_pooled(tiny2, torch.cat([prepared.input[None], covered]))
+    reference = own_pooled(tiny2, tiny2.prepare(reference_image).input[None])
+    direction = torch.from_numpy(target.target.direction).float() if kind == "direction" else None
+    scores = {
+        "image": lambda: F.cosine_similarity(pooled, reference),
+        "direction": lambda: pooled @ direction,
+        "feature": lambda: pooled[:, 7],
+    }[kind]()
+    drops = [outcome.drop for outcome in result.outcomes]
+    # float32 forwards batched two ways: a few 1e-6 of the score apart
+    assert drops == pytest.approx((scores[0] - scores[1:]).tolist(), rel=1e-5, abs=1e-5)
+    assert result.base.target.score == pytest.approx(float(scores[0]), abs=1e-6)
+    assert result.base.top1 is None and all(outcome.top1 is None for outcome in result.outcomes)
