@@ -129,5 +129,5 @@ def test_an_occlusion_drop_is_the_difference_of_the_scores_computed_directly(tin
     # float32 forwards batched two ways: scores a few 1e-6 of their size apart
     tolerance = 1e-5 * float(scores.abs().max())
     assert drops == pytest.approx((scores[0] - scores[1:]).tolist(), abs=tolerance)
-    assert result.base.target.score == pytest.approx(float(scores[0]), abs=1e-6)
+    assert result.base.target.score == pytest.approx(float(scores[0]), abs=tolerance)
     assert result.base.top1 is None and all(outcome.top1 is None for outcome in result.outcomes)
