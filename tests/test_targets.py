@@ -131,3 +131,23 @@ def test_an_occlusion_drop_is_the_difference_of_the_scores_computed_directly(tin
     assert drops == pytest.approx((scores[0] - scores[1:]).tolist(), abs=tolerance)
     assert result.base.target.score == pytest.approx(float(scores[0]), abs=tolerance)
     assert result.base.top1 is None and all(outcome.top1 is None for outcome in result.outcomes)
+
+
+@pytest.mark.parametrize("by", ["block", "head", "token"])
+@pytest.mark.parametrize("kind", ["image", "direction", "feature"])
+def test_direct_attribution_rebuilds_the_embedding_target(tiny2, headless2, photo, reference_image, kind, by):
+    from vitcli.experiments.attribution import attribute
+
+    for model in (tiny2, headless2):
+        target = {
+            "image": lambda model=model: image_target(model, reference_image),
+            "direction": lambda model=model: direction_target(model),
+            "feature": lambda model=model: feature_target(model),
+        }[kind]()
+        prepared = model.prepare(photo)
+        result = attribute(model, prepared, None, None, by, 2 if by == "token" else None, target)
+        pooled = own_pooled(model, prepared.input[None]).double()
+        expected = float(target.score(pooled)[0])
+        assert result.model_metric == pytest.approx(expected, abs=1e-5)
+        assert abs(result.reconstruction - expected) < 1e-4
+        assert result.target.kind == kind and result.contrast is None
