@@ -151,3 +151,29 @@ def test_direct_attribution_rebuilds_the_embedding_target(tiny2, headless2, phot
         assert result.model_metric == pytest.approx(expected, abs=1e-5)
         assert abs(result.reconstruction - expected) < 1e-4
         assert result.target.kind == kind and result.contrast is None
+
+
+def test_zero_ablation_changes_the_embedding_score_as_the_weight_edit_does(headless2, photo):
+    """Zeroing head 2.1 by hook equals zeroing its columns of attn.proj; the score change is read off the embedding."""
+    from vitcli.experiments.ablation import HEAD, Ablation, Replacements, ablate
+
+    target = direction_target(headless2)
+    prepared = headless2.prepare(photo)
+    result = ablate(headless2, prepared, [Ablation(2, HEAD, 1)], Replacements("zero"), None, embedding=target)
+    proj = headless2.net.blocks[1].attn.proj
+    saved = proj.weight.detach().clone()
+    head_dim = headless2.embed_dim // headless2.num_heads
+    try:
+        with torch.no_grad():
+            proj.weight[:, :head_dim] = 0
+        edited = float(target.score(own_pooled(headless2, prepared.input[None]))[0])
+    finally:
+        with torch.no_grad():
+            proj.weight.copy_(saved)
+    clean = float(target.score(own_pooled(headless2, prepared.input[None]))[0])
+    (outcome,) = result.outcomes
+    tolerance = 1e-5 * max(abs(clean), 1.0)
+    assert result.clean_logit == pytest.approx(clean, abs=tolerance)
+    assert outcome.target_logit == pytest.approx(edited, abs=tolerance)
+    assert outcome.logit_change == pytest.approx(edited - clean, abs=tolerance)
+    assert outcome.top1 is None and outcome.target_probability is None
