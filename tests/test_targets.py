@@ -177,3 +177,23 @@ def test_zero_ablation_changes_the_embedding_score_as_the_weight_edit_does(headl
     assert outcome.target_logit == pytest.approx(edited, abs=tolerance)
     assert outcome.logit_change == pytest.approx(edited - clean, abs=tolerance)
     assert outcome.top1 is None and outcome.target_probability is None
+
+
+def test_patching_every_site_of_an_embedding_target_restores_the_clean_score(headless2, photo, reference_image):
+    """M of each image is the target's score of its own embedding (computed here by timm), and patching every row
+    entering block 1 from CLEAN into CORRUPT restores CLEAN's M."""
+    from vitcli.experiments.patching import Site, patch_images, patched_metric, run_pair
+
+    target = image_target(headless2, reference_image)
+    clean, corrupt = headless2.prepare(photo), headless2.prepare(reference_image)
+    result = patch_images(headless2, clean, corrupt, ["attention", "mlp"], ["activation", "attribution"], embedding=target)
+    expected = F.cosine_similarity(
+        own_pooled(headless2, torch.stack([clean.input, corrupt.input])),
+        own_pooled(headless2, corrupt.input[None]),
+    ).tolist()
+    assert result.m_clean == pytest.approx(expected[0], abs=1e-5)
+    assert result.m_corrupt == pytest.approx(expected[1], abs=1e-5)  # CORRUPT is REF: cosine 1
+    assert result.target is None and result.embedding.kind == "image"
+    pair = run_pair(headless2, clean.input, corrupt.input, embedding=target)
+    every_row = patched_metric(headless2, pair, [Site("residual", 1, None)])
+    assert float(every_row[0]) == pytest.approx(result.m_clean, abs=1e-5)  # CORRUPT's run with CLEAN's rows is CLEAN
