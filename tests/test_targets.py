@@ -3,16 +3,15 @@ class head: scores against torch's own functions, IG completeness, occlusion dro
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from conftest import RANDOM_CPU, small_vit
 
 from vitcli.capture import pooled_output
 from vitcli.targets import EmbeddingTarget, bind
+
+from conftest import small_vit
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +185,9 @@ def test_patching_every_site_of_an_embedding_target_restores_the_clean_score(hea
 
     target = image_target(headless2, reference_image)
     clean, corrupt = headless2.prepare(photo), headless2.prepare(reference_image)
-    result = patch_images(headless2, clean, corrupt, ["attention", "mlp"], ["activation", "attribution"], embedding=target)
+    result = patch_images(
+        headless2, clean, corrupt, ["attention", "mlp"], ["activation", "attribution"], embedding=target
+    )
     expected = F.cosine_similarity(
         own_pooled(headless2, torch.stack([clean.input, corrupt.input])),
         own_pooled(headless2, corrupt.input[None]),

@@ -121,9 +121,7 @@ def parse_embedding_target(
     """The embedding target of a command's options (None when none is given), refused with UsageError when the
     options contradict each other or a file cannot be used; nothing here needs the model."""
     given = [
-        option
-        for option, value in zip(OPTIONS.values(), (image, direction, feature), strict=True)
-        if value is not None
+        option for option, value in zip(OPTIONS.values(), (image, direction, feature), strict=True) if value is not None
     ]
     if not given:
         return None
@@ -135,7 +133,9 @@ def parse_embedding_target(
         raise UsageError(f"--contrast takes a second class and applies to --target only, not to {given[0]}")
     if feature is not None:
         if feature < 0:
-            raise UsageError(f"--target-feature must be 0 or more (a coordinate of the pooled embedding), not {feature}")
+            raise UsageError(
+                f"--target-feature must be 0 or more (a coordinate of the pooled embedding), not {feature}"
+            )
         return EmbeddingTarget(FEATURE, feature=feature)
     if image is not None:
         from vitcli.images import load_rgb

@@ -203,9 +203,7 @@ class ExplainJob(FollowsEmbedding, Job):
         if self.audits.any:
             contrast = None if result.contrast is None else result.contrast.index
             settings = MapSettings(result.block, self.fill, gradients=self.gradients, contrast=contrast)
-            result.audits = audit(
-                work.model, work.image, result, settings, self.audits, work.steps.advance, embedding
-            )
+            result.audits = audit(work.model, work.image, result, settings, self.audits, work.steps.advance, embedding)
         return result
 
     def present(self, result: Any) -> Presentation:

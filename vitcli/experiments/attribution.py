@@ -135,8 +135,8 @@ def attribute(
     if not result.difference <= RECONSTRUCTION_TOLERANCE:
         raise VitcliError(
             f"self-check failed: the attribution terms plus the constant give {result.reconstruction:.6g} but the "
-            f"model's {'score' if embedding is not None else 'logit'} is {model_metric:.6g} (difference {result.difference:.3g}, tolerance "
-            f"{RECONSTRUCTION_TOLERANCE:g})"
+            f"model's {'score' if embedding is not None else 'logit'} is {model_metric:.6g} (difference "
+            f"{result.difference:.3g}, tolerance {RECONSTRUCTION_TOLERANCE:g})"
         )
     return result
 

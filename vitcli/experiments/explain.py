@@ -288,8 +288,19 @@ def explain(
     if {"rollout", "grad-rollout"} & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
     if embedding is not None:
-        return _explain_embedding(model, prepared, methods, embedding, block, fill, head_fusion, discard_ratio,
-                                  faithfulness, on_progress, gradient_options)
+        return _explain_embedding(
+            model,
+            prepared,
+            methods,
+            embedding,
+            block,
+            fill,
+            head_fusion,
+            discard_ratio,
+            faithfulness,
+            on_progress,
+            gradient_options,
+        )
     if clean_logits is None:
         clean_logits = model.logits(prepared.input[None])[0]
     clean = clean_logits.float().cpu().softmax(dim=-1)

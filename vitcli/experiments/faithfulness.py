@@ -171,8 +171,17 @@ def faithfulness(
     random = _random_baseline(curves[len(maps) :], fractions, options) if random_orders else None
     if isinstance(target, BoundTarget):
         followed, definition = target.target.short, DEFINITION.replace("target probability", target.target.unit)
-        return Faithfulness(followed, clean, fully_covered, options.steps, grid.num_patches, methods, random,
-                            definition.replace("probability over", "score over"), target.target.unit)
+        return Faithfulness(
+            followed,
+            clean,
+            fully_covered,
+            options.steps,
+            grid.num_patches,
+            methods,
+            random,
+            definition.replace("probability over", "score over"),
+            target.target.unit,
+        )
     return Faithfulness(target, clean, fully_covered, options.steps, grid.num_patches, methods, random)
 
 

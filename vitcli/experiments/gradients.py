@@ -1,8 +1,8 @@
 """Input-gradient maps: Integrated Gradients, SmoothGrad and gradient x input, summed per patch.
 
 Each differentiates the score s(x) = logit(target) - logit(contrast) (the logit alone without a contrast class), or
-an embedding target's score of the pooled embedding (vitcli.targets), with respect to the normalized input pixels, through the model's own (fused) forward, `model.batch_size` copies per
-backward. The pixel attribution (3, H, W) is kept; its patch map is the sum of |attribution| over the patch's pixels
+an embedding target's score of the pooled embedding (vitcli.targets), with respect to the normalized input pixels,
+through the model's own (fused) forward, `model.batch_size` copies per backward. The pixel attribution (3, H, W) is kept; its patch map is the sum of |attribution| over the patch's pixels
 and channels, and the signed sum is kept beside it.
 
 - Integrated Gradients (Sundararajan, Taly and Yan, ICML 2017) exactly as captum's `IntegratedGradients` with
@@ -93,7 +93,13 @@ def riemann_trapezoid(steps: int) -> tuple[list[float], list[float]]:
 
 
 def integrated_gradients(
-    model: VitModel, image: Tensor, baseline: Tensor, target: int | BoundTarget, contrast: int | None, steps: int, on_progress=None
+    model: VitModel,
+    image: Tensor,
+    baseline: Tensor,
+    target: int | BoundTarget,
+    contrast: int | None,
+    steps: int,
+    on_progress=None,
 ) -> tuple[Tensor, Completeness]:
     alphas, weights = riemann_trapezoid(steps)
     difference = image - baseline
@@ -107,7 +113,12 @@ def integrated_gradients(
 
 
 def smoothgrad(
-    model: VitModel, image: Tensor, target: int | BoundTarget, contrast: int | None, options: GradientOptions, on_progress=None
+    model: VitModel,
+    image: Tensor,
+    target: int | BoundTarget,
+    contrast: int | None,
+    options: GradientOptions,
+    on_progress=None,
 ) -> Tensor:
     sigma = options.noise * float(image.max() - image.min())
     generator = torch.Generator().manual_seed(options.seed)

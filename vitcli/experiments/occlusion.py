@@ -190,7 +190,7 @@ def resolve_target(model: VitModel, text: str | None, clean: Tensor) -> int:
 class CoverOutcome:
     cover: Cover
     target_probability: float  # of the covered image; an embedding target's score instead
-    drop: float  # percentage points: 100 x (clean - covered); positive means the probability fell (score: clean - covered)
+    drop: float  # points: 100 x (clean - covered); positive means the probability fell (a score: clean - covered)
     top1: ClassProbability | None  # of the covered image; None when an embedding target is followed
     top1_changed: bool
 

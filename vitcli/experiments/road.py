@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitcli.targets import BoundTarget, output_of
 from vitcli.experiments.faithfulness import pixel_mask
 from vitcli.model import VitModel
+from vitcli.targets import BoundTarget, output_of
 
 PERCENTS = tuple(range(10, 100, 10))
 NOISE = 0.01

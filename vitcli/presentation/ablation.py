@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
-from vitcli.targets import EmbeddingScore
 from vitcli.experiments.ablation import HEAD, AblationResult, AblationSpreads
 from vitcli.render import weights_caption
+from vitcli.targets import EmbeddingScore
 
 SUBLAYERS = ("attn", "mlp")
 _LABEL_BOX = {"facecolor": "white", "alpha": 0.6, "pad": 0.5, "linewidth": 0}  # readable on any cell colour
@@ -200,7 +200,9 @@ def figure(result: AblationResult) -> Any:
 def summary(result: AblationResult) -> dict[str, Any]:
     strongest = min(result.outcomes, key=lambda outcome: outcome.logit_change)
     return {
-        "ablate_target_class": result.target.label if isinstance(result.target, EmbeddingScore) else result.target.index,
+        "ablate_target_class": result.target.label
+        if isinstance(result.target, EmbeddingScore)
+        else result.target.index,
         "ablate_largest_drop": strongest.ablation.label,
         "ablate_largest_drop_logit_change": strongest.logit_change,
         "ablate_top1_changes": sum(outcome.top1_changed for outcome in result.outcomes),

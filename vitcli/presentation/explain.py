@@ -16,7 +16,6 @@ from rich.table import Table
 from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
 from vitcli.experiments.occlusion import ClassProbability
-from vitcli.targets import EmbeddingScore
 from vitcli.grid import PatchGrid
 from vitcli.presentation.explain_audit import (
     attribution_json,
@@ -26,6 +25,7 @@ from vitcli.presentation.explain_audit import (
     completeness_text,
 )
 from vitcli.render import weights_caption
+from vitcli.targets import EmbeddingScore
 
 TOP_PATCHES = 5
 

@@ -130,7 +130,11 @@ def _quadrant_rows(result: QuadrantOcclusion) -> list[dict[str, Any]]:
         {
             **_row_prefix(result.base),
             "region": outcome.cover.name,
-            **{key: value for key, value in _outcome_fields(outcome, result.base).items() if key not in ("cover", "patch")},
+            **{
+                key: value
+                for key, value in _outcome_fields(outcome, result.base).items()
+                if key not in ("cover", "patch")
+            },
             "largest_drop": outcome is largest,
             "fill": result.base.fill,
         }
@@ -276,8 +280,7 @@ def _quadrant_figure(result: QuadrantOcclusion) -> Any:
         )
     title(
         fig,
-        f"{base.source.display_name}: {_measure(base.target)}\n"
-        f"with each quadrant covered ({base.fill} fill)",
+        f"{base.source.display_name}: {_measure(base.target)}\nwith each quadrant covered ({base.fill} fill)",
         base.weights,
     )
     return fig

@@ -168,7 +168,12 @@ def document(result: PatchResult) -> dict[str, Any]:
             "definition": "M = logit(target) - logit(contrast)"
             if result.embedding is None
             else f"M = {result.embedding.definition}",
-            "target": {"kind": "class", "index": result.target, "label": result.target_label, "rule": result.target_rule}
+            "target": {
+                "kind": "class",
+                "index": result.target,
+                "label": result.target_label,
+                "rule": result.target_rule,
+            }
             if result.embedding is None
             else result.embedding.describe(),
             "contrast": None
