@@ -3,6 +3,8 @@ class head: scores against torch's own functions, IG completeness, occlusion dro
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -198,3 +200,59 @@ def test_patching_every_site_of_an_embedding_target_restores_the_clean_score(hea
     pair = run_pair(headless2, clean.input, corrupt.input, embedding=target)
     every_row = patched_metric(headless2, pair, [Site("residual", 1, None)])
     assert float(every_row[0]) == pytest.approx(result.m_clean, abs=1e-5)  # CORRUPT's run with CLEAN's rows is CLEAN
+
+
+# ----- the command line
+
+
+@pytest.fixture(scope="module")
+def headless_checkpoint(tmp_path_factory):
+    """ViT-Tiny saved without its classifier head: vitcli loads it headless (num_classes=0)."""
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    net = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0)
+    path = tmp_path_factory.mktemp("headless") / "features.safetensors"
+    save_file({name: tensor.contiguous() for name, tensor in net.state_dict().items()}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def direction_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("direction") / "probe_row.npy"
+    np.save(path, np.random.default_rng(0).standard_normal(192))
+    return path
+
+
+COMMANDS = {
+    "explain": ["explain", "--method", "gradient", "--method", "occlusion"],
+    "occlude-quadrants": ["occlude-quadrants"],
+    "occlude-patches": ["occlude-patches", "--size", "112"],
+    "attribute": ["attribute", "--by", "head"],
+    "ablate": ["ablate", "--heads", "12.1", "--blocks", "12.mlp"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["image", "direction", "feature"])
+def test_every_command_follows_each_embedding_target_on_a_headless_model(
+    cli, photo, newfoundland, headless_checkpoint, direction_file, kind
+):
+    option = {
+        "image": ["--target-image", str(newfoundland)],
+        "direction": ["--target-direction", str(direction_file)],
+        "feature": ["--target-feature", "5"],
+    }[kind]
+    model = ["--checkpoint", str(headless_checkpoint), "--device", "cpu", "-f", "json", "--no-figures"]
+    for command, arguments in COMMANDS.items():
+        ran = cli(*arguments, photo, *option, *model)
+        assert ran.exit_code == 0, (command, ran.stderr)
+        body = json.loads(ran.stdout)["results"][0]["result"]
+        described = body["target"]
+        assert described["kind"] == kind, command
+        assert {"image": "reference", "direction": "file", "feature": "index"}[kind] in described
+    ran = cli("patch", photo, newfoundland, "--sites", "attention", *option, *model)
+    assert ran.exit_code == 0, ran.stderr
+    metric = json.loads(ran.stdout)["results"][0]["result"]["metric"]
+    assert metric["target"]["kind"] == kind and metric["contrast"] is None

@@ -2,7 +2,8 @@
 
 Each differentiates the score s(x) = logit(target) - logit(contrast) (the logit alone without a contrast class), or
 an embedding target's score of the pooled embedding (vitcli.targets), with respect to the normalized input pixels,
-through the model's own (fused) forward, `model.batch_size` copies per backward. The pixel attribution (3, H, W) is kept; its patch map is the sum of |attribution| over the patch's pixels
+through the model's own (fused) forward, `model.batch_size` copies per backward.
+The pixel attribution (3, H, W) is kept; its patch map is the sum of |attribution| over the patch's pixels
 and channels, and the signed sum is kept beside it.
 
 - Integrated Gradients (Sundararajan, Taly and Yan, ICML 2017) exactly as captum's `IntegratedGradients` with
