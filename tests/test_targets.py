@@ -13,7 +13,7 @@ import torch.nn.functional as F  # noqa: N812
 from vitcli.capture import pooled_output
 from vitcli.targets import EmbeddingTarget, bind
 
-from conftest import small_vit
+from conftest import RANDOM_CPU, small_vit
 
 
 @pytest.fixture(scope="module")
@@ -256,3 +256,69 @@ def test_every_command_follows_each_embedding_target_on_a_headless_model(
     assert ran.exit_code == 0, ran.stderr
     metric = json.loads(ran.stdout)["results"][0]["result"]["metric"]
     assert metric["target"]["kind"] == kind and metric["contrast"] is None
+
+
+# ----- bad input: one line, exit 2, before any weights load
+
+HEADLESS_RANDOM = ["--model", "vit_small_patch16_224.dino", *RANDOM_CPU]
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+
+
+def _bad_files(folder):
+    from PIL import Image
+
+    wrong_length = folder / "short.npy"
+    np.save(wrong_length, np.ones(100))
+    matrix = folder / "matrix.npy"
+    np.save(matrix, np.ones((2, 192)))
+    text = folder / "direction.txt"
+    text.write_text("1 2 3\n")
+    garbage = folder / "garbage.npy"
+    garbage.write_bytes(b"not an array at all")
+    not_image = folder / "reference.jpg"
+    not_image.write_text("text, not a JPEG\n")
+    Image.new("RGB", (8, 8)).save(folder / "fine.png")
+    return wrong_length, matrix, text, garbage, not_image
+
+
+def test_contradictory_or_unusable_embedding_targets_are_refused_before_loading(cli, photo, workdir, no_loading):
+    wrong_length, matrix, text, garbage, not_image = _bad_files(workdir)
+    fine = workdir / "fine.png"
+    cases = [
+        (["explain", "--target", "3", "--target-image", fine], ["--target-image and --target both name the target"]),
+        (["ablate", "--target-feature", "1", "--target-image", fine], ["--target-image and --target-feature both"]),
+        (["attribute", "--contrast", "3", "--target-feature", "1"], ["--contrast", "not to --target-feature"]),
+        (["occlude-quadrants", "--target-feature", "192"], ["--target-feature 192 does not exist", "0..191"]),
+        (["occlude-patches", "--target-feature", "-1"], ["--target-feature must be 0 or more"]),
+        (["attribute", "--target-direction", wrong_length], ["shape (100,)", "a 1-D array of 192 values"]),
+        (["explain", "--target-direction", matrix], ["shape (2, 192)", "give a 1-D array"]),
+        (["ablate", "--target-direction", text], ["direction.txt is not a .npy file"]),
+        (["explain", "--target-direction", garbage], ["garbage.npy is not a .npy array"]),
+        (["occlude-quadrants", "--target-image", not_image], ["--target-image:", "is not an image"]),
+        (["explain", "--target-image", workdir / "missing.png"], ["--target-image:", "no such file"]),
+        (["explain", "--sanity", "--target-feature", "1"], ["--sanity", "does not apply to --target-feature"]),
+    ]
+    for arguments, fragments in cases:
+        refused = cli(*arguments, photo, *RANDOM_CPU)
+        assert refused.exit_code == 2, (arguments, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: "), refused.stderr
+        for fragment in fragments:
+            assert fragment in refused.stderr, (arguments, refused.stderr)
+    partner = workdir / "fine.png"
+    refused = cli("patch", photo, partner, "--target", "3", "--target-feature", "1", *RANDOM_CPU)
+    assert refused.exit_code == 2 and "--target-feature and --target both name the target" in refused.stderr
+
+
+def test_a_headless_model_without_a_target_names_the_embedding_targets(cli, photo, no_loading):
+    for command in (["explain"], ["occlude-patches"], ["attribute"], ["ablate"]):
+        refused = cli(*command, photo, *HEADLESS_RANDOM)
+        assert refused.exit_code == 2, (command, refused.stderr)
+        assert refused.stderr.count("\n") == 1
+        for fragment in ("has no classifier head", "--target-image REF", "--target-direction", "--target-feature N"):
+            assert fragment in refused.stderr, refused.stderr
