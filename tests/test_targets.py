@@ -322,3 +322,22 @@ def test_a_headless_model_without_a_target_names_the_embedding_targets(cli, phot
         assert refused.stderr.count("\n") == 1
         for fragment in ("has no classifier head", "--target-image REF", "--target-direction", "--target-feature N"):
             assert fragment in refused.stderr, refused.stderr
+
+
+def test_a_config_experiment_follows_an_embedding_target_with_paths_relative_to_the_config(tmp_path, newfoundland):
+    import vitcli.cli  # noqa: F401  (registers every command, whose options a config's tables use)
+    from vitcli.batch.config import load_config
+
+    np.save(tmp_path / "row.npy", np.ones(192))
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'images = ["{newfoundland}"]\ntarget = "3"\n'
+        '[[experiments]]\ncommand = "explain"\nmethod = ["gradient"]\ntarget-direction = "row.npy"\n'
+        '[[experiments]]\ncommand = "occlude-quadrants"\ntarget-image = "ref.png"\n'
+    )
+    from PIL import Image
+
+    Image.new("RGB", (16, 16), "red").save(tmp_path / "ref.png")
+    explain, occlude = load_config(config).experiments
+    assert explain.options["target_direction"] == tmp_path / "row.npy" and "target" not in explain.options
+    assert occlude.options["target_image"] == tmp_path / "ref.png" and "target" not in occlude.options
