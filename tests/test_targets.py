@@ -57,7 +57,13 @@ def feature_target(model, index: int = 7):
     return bind(EmbeddingTarget("feature", feature=index), model)
 
 
-@pytest.mark.parametrize("fixture", ["tiny2", "headless2"])
+@pytest.fixture(scope="module")
+def distilled2():
+    """DeiT with its distillation token: two heads (CLS and DIST rows) whose inputs average to the embedding."""
+    return small_vit("deit_tiny_distilled_patch16_224", depth=2, img_size=64)
+
+
+@pytest.mark.parametrize("fixture", ["tiny2", "headless2", "distilled2"])
 def test_the_forward_inside_pooled_output_is_the_pooled_embedding(request, fixture, photo):
     model = request.getfixturevalue(fixture)
     inputs = model.prepare(photo).input[None]
