@@ -272,6 +272,7 @@ def test_describe_gives_the_loaded_models_facts(spec):
         labels=tuple(model.labels),
         global_pool=model.net.global_pool,
         mlp_hidden=model.net.blocks[0].mlp.fc1.out_features,
+        embedding_width=len(model.family.pooled(torch.zeros(1, *model.data_config["input_size"]))[0]),
     )
 
 

@@ -347,3 +347,12 @@ def test_a_config_experiment_follows_an_embedding_target_with_paths_relative_to_
     explain, occlude = load_config(config).experiments
     assert explain.options["target_direction"] == tmp_path / "row.npy" and "target" not in explain.options
     assert occlude.options["target_image"] == tmp_path / "ref.png" and "target" not in occlude.options
+
+
+def test_the_python_api_takes_the_embedding_targets(tiny2, photo):
+    from vitcli import api
+
+    result = api.attribute(tiny2, photo, target_feature=4)
+    assert result.to_dict()["result"]["target"]["kind"] == "feature"
+    with pytest.raises(Exception, match="--target-feature 192 does not exist"):
+        api.occlude_quadrants(tiny2, photo, target_feature=192)

@@ -216,7 +216,7 @@ def _command_line_parameters(command: str) -> dict[str, Any]:
 
 def architecture_of(model: VitModel) -> Architecture:
     """The loaded model's own facts, for the jobs' checks (a model built in code may differ from its name's)."""
-    from vitcli.loading import Architecture, mlp_hidden_width
+    from vitcli.loading import Architecture, embedding_width, mlp_hidden_width
 
     return Architecture(
         name=model.name,
@@ -228,6 +228,7 @@ def architecture_of(model: VitModel) -> Architecture:
         labels=tuple(model.labels),
         global_pool=model.net.global_pool,
         mlp_hidden=mlp_hidden_width(model.net),
+        embedding_width=embedding_width(model.net),
     )
 
 

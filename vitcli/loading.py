@@ -124,8 +124,13 @@ def describe(spec: WeightsSpec) -> Architecture:
         labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
         global_pool=skeleton.global_pool,
         mlp_hidden=mlp_hidden_width(skeleton),
-        embedding_width=getattr(skeleton, "head_hidden_size", None) or skeleton.num_features,
+        embedding_width=embedding_width(skeleton),
     )
+
+
+def embedding_width(net: torch.nn.Module) -> int:
+    """The width of the pooled embedding a classifier head reads (timm's pre-logits features)."""
+    return getattr(net, "head_hidden_size", None) or net.num_features
 
 
 def mlp_hidden_width(skeleton: VisionTransformer) -> int:
