@@ -356,3 +356,22 @@ def test_the_python_api_takes_the_embedding_targets(tiny2, photo):
     assert result.to_dict()["result"]["target"]["kind"] == "feature"
     with pytest.raises(Exception, match="--target-feature 192 does not exist"):
         api.occlude_quadrants(tiny2, photo, target_feature=192)
+
+
+def test_ablation_across_images_averages_the_score_change(headless2, photo, reference_image):
+    from vitcli.experiments.ablation import HEAD, Ablation, Replacements, ablate, ablation_spread
+    from vitcli.presentation import ablation as view
+
+    target = feature_target(headless2)
+    ablations = [Ablation(1, HEAD, 1), Ablation(2, "mlp")]
+    results = [
+        ablate(headless2, headless2.prepare(path), ablations, Replacements("zero"), None, embedding=target)
+        for path in (photo, reference_image)
+    ]
+    spread = ablation_spread([json.loads(json.dumps(view.document(result))) for result in results])
+    for index, item in enumerate(spread.spreads):
+        expected = sum(result.outcomes[index].logit_change for result in results) / 2
+        assert item.mean_logit_change == pytest.approx(expected)
+        assert item.mean_probability_change is None and item.top1_changed_fraction == 0
+    assert spread.measure == "score"
+    assert "mean score change" in [column.header for column in view.spread_table(spread).columns]

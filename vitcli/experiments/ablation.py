@@ -291,6 +291,7 @@ class AblationSpreads:
     depth: int
     num_heads: int
     spreads: list[AblationSpread]
+    measure: str = "logit"  # what changed: the target logit, or an embedding target's "score"
 
 
 def ablation_spread(documents: Sequence[dict[str, Any]]) -> AblationSpreads:
@@ -314,7 +315,10 @@ def ablation_spread(documents: Sequence[dict[str, Any]]) -> AblationSpreads:
     references = sorted({document["reference"] for document in documents})
     reference = references[0] if len(references) == 1 else f"{first['mode']}: a reference image per image"
     shape = first["model"]
-    return AblationSpreads(first["weights"], first["mode"], reference, shape["blocks"], shape["heads"], spreads)
+    measure = "score" if "score_change" in first["ablations"][0] else "logit"
+    return AblationSpreads(
+        first["weights"], first["mode"], reference, shape["blocks"], shape["heads"], spreads, measure
+    )
 
 
 def _change(stored: dict[str, Any]) -> float:

@@ -218,7 +218,7 @@ def spread_table(spread: AblationSpreads) -> Table:
         title=f"{spread.mode}-ablation over {images} images (each image's own target)",
         caption=f"{_definition(spread.mode, spread.reference)}\n{weights_caption(spread.weights_label)}",
     )
-    for column in ("ablated", "mean logit change", "mean p change", "top-1 changed"):
+    for column in ("ablated", f"mean {spread.measure} change", "mean p change", "top-1 changed"):
         view.add_column(column, justify="right")
     for item in spread.spreads:
         view.add_row(
@@ -263,7 +263,7 @@ def spread_figure(spread: AblationSpreads) -> Any:
         [item.mean_logit_change for item in spread.spreads],
         spread.depth,
         spread.num_heads,
-        "mean change of the target logit",
+        f"mean change of the target {spread.measure}",
         notes=[f"{item.top1_changed_fraction:.0%}" if item.top1_changed_fraction else "" for item in spread.spreads],
     )
     images = spread.spreads[0].images
