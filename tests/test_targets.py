@@ -4,6 +4,7 @@ class head: scores against torch's own functions, IG completeness, occlusion dro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,7 +51,9 @@ def image_target(model, path):
 
 def direction_target(model, seed: int = 3):
     direction = np.random.default_rng(seed).standard_normal(model.embed_dim)
-    return bind(EmbeddingTarget("direction", direction=direction, sha256="1" * 64), model)
+    return bind(
+        EmbeddingTarget("direction", direction_file=Path("row.npy"), direction=direction, sha256="1" * 64), model
+    )
 
 
 def feature_target(model, index: int = 7):
@@ -375,3 +378,25 @@ def test_ablation_across_images_averages_the_score_change(headless2, photo, refe
         assert item.mean_probability_change is None and item.top1_changed_fraction == 0
     assert spread.measure == "score"
     assert "mean score change" in [column.header for column in view.spread_table(spread).columns]
+
+
+def test_road_and_robustness_audit_the_maps_of_an_embedding_target(headless2, photo):
+    """ROAD's curves are the target's score of the imputed images, computed here by timm on the same imputations."""
+    from vitcli.experiments.explain import MapSettings, explain
+    from vitcli.experiments.explain_audits import audit
+    from vitcli.experiments.explain_options import AuditOptions, GradientOptions
+    from vitcli.experiments.road import NOISE, impute, removal_masks
+
+    target = direction_target(headless2)
+    prepared = headless2.prepare(photo)
+    gradients = GradientOptions(samples=2)
+    result = explain(headless2, prepared, ["gradient"], gradient_options=gradients, embedding=target)
+    settings = MapSettings(result.block, gradients=gradients)
+    audits = audit(headless2, prepared, result, settings, AuditOptions(robustness=True, road=True), embedding=target)
+    road = audits.road
+    assert road.clean_probability == pytest.approx(result.target.score)
+    masks = removal_masks(headless2, result.maps[0].values, road.percents)
+    most = torch.stack([impute(prepared.input, m, NOISE, torch.Generator().manual_seed(road.seed)) for m, _ in masks])
+    expected = target.score(own_pooled(headless2, most)).double().numpy()
+    assert np.allclose(road.methods[0].morf, expected, atol=1e-5 * float(np.abs(expected).max()))
+    assert audits.robustness is not None
