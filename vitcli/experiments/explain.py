@@ -288,19 +288,40 @@ def explain(
     if {"rollout", "grad-rollout"} & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
     if embedding is not None:
-        return _explain_embedding(
-            model,
-            prepared,
-            methods,
-            embedding,
-            block,
-            fill,
-            head_fusion,
-            discard_ratio,
-            faithfulness,
-            on_progress,
-            gradient_options,
+        followed, top1, contrasted, clean_logits = _embedding_target(model, prepared, embedding)
+    else:
+        followed, top1, contrasted, clean_logits = _class_target(model, prepared, target, contrast, clean_logits)
+    contrast_index = None if contrasted is None else contrasted.index
+    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options, contrast_index)
+    followed_index = embedding if embedding is not None else followed.index
+    maps, output_difference = method_maps(model, prepared, methods, followed_index, settings, on_progress, clean_logits)
+    curves = None
+    if faithfulness is not None:
+        values = {item.method: item.values for item in maps}
+        fill_pixels = fill_image(model, prepared, fill)
+        curves = faithfulness_curves(
+            model, prepared.input, fill_pixels, values, followed_index, faithfulness, on_progress
         )
+    return Explanation(
+        prepared.source,
+        prepared.crop_uint8(),
+        model.grid,
+        model.spec.label,
+        followed,
+        top1,
+        block,
+        fill,
+        maps,
+        output_difference,
+        curves,
+        contrasted,
+    )
+
+
+def _class_target(
+    model: VitModel, prepared: PreparedImage, target: str | None, contrast: str | None, clean_logits: Tensor | None
+) -> tuple[ClassProbability, ClassProbability, ClassProbability | None, Tensor]:
+    """The explained class, the clean top-1 and the contrast class with their clean probabilities, and the logits."""
     if clean_logits is None:
         clean_logits = model.logits(prepared.input[None])[0]
     clean = clean_logits.float().cpu().softmax(dim=-1)
@@ -310,71 +331,21 @@ def explain(
         if target is None:  # known only now: this image's top-1 is the contrast class
             raise VitcliError(f"the clean top-1 class {target_index} is the --contrast class: give --target")
         raise UsageError(f"--contrast {contrast} is the target class {target_index}: choose another class")
-    top = int(clean.argmax())
-    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options, contrast_index)
-    maps, output_difference = method_maps(model, prepared, methods, target_index, settings, on_progress, clean_logits)
-    curves = None
-    if faithfulness is not None:
-        values = {item.method: item.values for item in maps}
-        fill_pixels = fill_image(model, prepared, fill)
-        curves = faithfulness_curves(
-            model, prepared.input, fill_pixels, values, target_index, faithfulness, on_progress
-        )
 
     def scored(index: int) -> ClassProbability:
         return ClassProbability(index, model.labels[index], float(clean[index]))
 
-    return Explanation(
-        prepared.source,
-        prepared.crop_uint8(),
-        model.grid,
-        model.spec.label,
-        scored(target_index),
-        scored(top),
-        block,
-        fill,
-        maps,
-        output_difference,
-        curves,
-        None if contrast_index is None else scored(contrast_index),
-    )
+    contrasted = None if contrast_index is None else scored(contrast_index)
+    return scored(target_index), scored(int(clean.argmax())), contrasted, clean_logits
 
 
-def _explain_embedding(
-    model: VitModel,
-    prepared: PreparedImage,
-    methods: list[str],
-    target: BoundTarget,
-    block: int,
-    fill: str,
-    head_fusion: str,
-    discard_ratio: float,
-    faithfulness: FaithfulnessOptions | None,
-    on_progress: Callable[[int], None] | None,
-    gradient_options: GradientOptions,
-) -> Explanation:
+def _embedding_target(
+    model: VitModel, prepared: PreparedImage, target: BoundTarget
+) -> tuple[EmbeddingScore, None, None, None]:
+    """The embedding target with its clean score; no top-1 and no contrast (the forward ends at the embedding)."""
     with output_of(model, target):
         score = float(target.score(model.logits(prepared.input[None]))[0])
-    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options)
-    maps, output_difference = method_maps(model, prepared, methods, target, settings, on_progress)
-    curves = None
-    if faithfulness is not None:
-        values = {item.method: item.values for item in maps}
-        fill_pixels = fill_image(model, prepared, fill)
-        curves = faithfulness_curves(model, prepared.input, fill_pixels, values, target, faithfulness, on_progress)
-    return Explanation(
-        prepared.source,
-        prepared.crop_uint8(),
-        model.grid,
-        model.spec.label,
-        EmbeddingScore(target.target, score),
-        None,
-        block,
-        fill,
-        maps,
-        output_difference,
-        curves,
-    )
+    return EmbeddingScore(target.target, score), None, None, None
 
 
 @dataclass(frozen=True)
