@@ -331,6 +331,10 @@ def test_a_headless_model_without_a_target_names_the_embedding_targets(cli, phot
         assert refused.stderr.count("\n") == 1
         for fragment in ("has no classifier head", "--target-image REF", "--target-direction", "--target-feature N"):
             assert fragment in refused.stderr, refused.stderr
+    for command in (["predict"], ["lens"]):  # no embedding targets there: the options are not offered
+        refused = cli(*command, photo, *HEADLESS_RANDOM)
+        assert refused.exit_code == 2 and "needs class scores;" in refused.stderr
+        assert "--target-image" not in refused.stderr
 
 
 def test_a_config_experiment_follows_an_embedding_target_with_paths_relative_to_the_config(tmp_path, newfoundland):

@@ -185,10 +185,11 @@ class CommandContext:
 def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job]) -> None:
     """Every job's usage checks against an architecture (the commands' and the Python API's)."""
     for job in jobs:
+        takes_targets = hasattr(job, "embedding_target")  # commands.target_options.FollowsEmbedding
         if job.needs_classes and architecture.num_classes == 0 and getattr(job, "embedding_target", None) is None:
             from vitcli.targets import headless_refusal
 
-            raise UsageError(headless_refusal(model_name, job.command))
+            raise UsageError(headless_refusal(model_name, job.command, takes_targets))
         job.check(architecture)
 
 
