@@ -275,6 +275,7 @@ def test_describe_gives_the_loaded_models_facts(spec):
         family=model.family.name,
         features=model.family.features,
         places=tuple(model.family.places()),
+        embedding_width=len(model.family.pooled(torch.zeros(1, *model.data_config["input_size"]))[0]),
     )
 
 

@@ -216,7 +216,7 @@ def _command_line_parameters(command: str) -> dict[str, Any]:
 
 def architecture_of(model: VitModel) -> Architecture:
     """The loaded model's own facts, for the jobs' checks (a model built in code may differ from its name's)."""
-    from vitcli.loading import Architecture, mlp_hidden_width
+    from vitcli.loading import Architecture, embedding_width, mlp_hidden_width
 
     return Architecture(
         name=model.name,
@@ -231,6 +231,7 @@ def architecture_of(model: VitModel) -> Architecture:
         family=model.family.name,
         features=model.family.features,
         places=tuple(model.family.places()) if model.family.refusal() is None else (),
+        embedding_width=embedding_width(model.net),
     )
 
 

@@ -185,11 +185,11 @@ class CommandContext:
 def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job]) -> None:
     """Every job's usage checks against an architecture (the commands' and the Python API's)."""
     for job in jobs:
-        if job.needs_classes and architecture.num_classes == 0:
-            raise UsageError(
-                f"{model_name} has no classifier head (num_classes=0): `{job.command}` needs class "
-                "scores; `patches` and `attend` work without one"
-            )
+        takes_targets = hasattr(job, "embedding_target")  # commands.target_options.FollowsEmbedding
+        if job.needs_classes and architecture.num_classes == 0 and getattr(job, "embedding_target", None) is None:
+            from vitcli.targets import headless_refusal
+
+            raise UsageError(headless_refusal(model_name, job.command, takes_targets))
         if architecture.staged and job_needs_one_grid(job):
             grids = ", ".join(dict.fromkeys(f"{place.grid.rows}x{place.grid.cols}" for place in architecture.places))
             raise UsageError(

@@ -86,6 +86,8 @@ class Architecture:
         """VitModel.map_grid before the weights load: the input's grid, or the last stage's."""
         return self.places[-1].grid if self.staged else self.grid
 
+    embedding_width: int = 0  # the pooled embedding's width (what a head reads; embedding targets score it)
+
     @property
     def longest_vector(self) -> int:
         """The most values any one vector of the forward has: a patch's pixels, a row, the MLP's hidden layer, or
@@ -157,12 +159,18 @@ def describe(spec: WeightsSpec) -> Architecture:
         family=family.name,
         features=family.features,
         places=places,
+        embedding_width=embedding_width(skeleton),
     )
 
 
 def mlp_hidden_width(block: torch.nn.Module, width: int) -> int:
     fc1 = getattr(getattr(block, "mlp", None), "fc1", None)
     return int(getattr(fc1, "out_features", 4 * width))
+
+
+def embedding_width(net: torch.nn.Module) -> int:
+    """The width of the pooled embedding a classifier head reads (timm's pre-logits features)."""
+    return getattr(net, "head_hidden_size", None) or net.num_features
 
 
 def default_batch_size(device: torch.device) -> int:

@@ -44,7 +44,7 @@ MODEL_KEYS = {
 }
 # Experiment options naming files or folders (globs for reference): read relative to the config file, like `images`.
 # `corrupt` (patch's one CORRUPT image) has no command-line option: there CORRUPT is the second argument.
-PATH_OPTIONS = ("masks", "reference", "corrupt")
+PATH_OPTIONS = ("masks", "reference", "corrupt", "target_image", "target_direction")
 _OWNER_CONTEXT: dict[int, Any] = {}  # parameter -> a context of its command, which conversion needs
 _OPTION_IN_MESSAGE = re.compile(r"--([a-z][a-z0-9-]*)")
 
@@ -192,7 +192,9 @@ def _experiment(index: int, table: Any, target: str | None, base: Path) -> Exper
         if name in PATH_OPTIONS:
             value = os.path.normpath(base / _string(value, f"{where}.{key}"))
         options[name] = _convert(parameters[name], value, f"{where}.{key}") if name in parameters else value
-    if target is not None and "target" in accepted and "target" not in options:
+    # An experiment that follows an embedding target (vitcli.targets) does not take the config's class as well.
+    follows_embedding = any(name in options for name in ("target_image", "target_direction", "target_feature"))
+    if target is not None and "target" in accepted and "target" not in options and not follows_embedding:
         options["target"] = target
     experiment = Experiment(index, command, options)
     try:

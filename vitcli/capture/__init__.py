@@ -6,6 +6,7 @@ from vitcli.capture.edits import Part, replaced
 from vitcli.capture.families import family_of
 from vitcli.capture.family import BlockPlace, Family, Tap
 from vitcli.capture.modules import module_inputs_and_outputs
+from vitcli.capture.pooled import pooled_output
 from vitcli.capture.sites import (
     BLOCK_SITES,
     MODEL_SITES,
@@ -45,6 +46,7 @@ __all__ = [
     "pre_norm_refusal",
     "require_pre_norm",
     "pattern_site",
+    "pooled_output",
     "replaced",
     "resid_pre_site",
     "sublayer_site",

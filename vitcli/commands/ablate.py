@@ -10,6 +10,12 @@ import typer
 
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
+from vitcli.commands.target_options import (
+    FollowsEmbedding,
+    TargetDirectionOption,
+    TargetFeatureOption,
+    TargetImageOption,
+)
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
@@ -17,6 +23,7 @@ from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
 from vitcli.spec import ascii_number
+from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 SUBLAYERS = ("attn", "mlp")
 
@@ -76,10 +83,19 @@ def _items(text: str, option: str) -> list[str]:
 SKIPPED_NAMED = 10  # a warning about unreadable reference images names this many of them
 
 
-class AblateJob(Job):
+class AblateJob(FollowsEmbedding, Job):
     command = "ablate"
 
-    def __init__(self, target: str | None, heads: str | None, blocks: str | None, mode: str, reference: list[Path]):
+    def __init__(
+        self,
+        target: str | None,
+        heads: str | None,
+        blocks: str | None,
+        mode: str,
+        reference: list[Path],
+        embedding: EmbeddingTarget | None = None,
+    ):
+        self.embedding_target = embedding
         self.target_text = target
         self.heads = heads
         self.blocks = blocks
@@ -105,6 +121,8 @@ class AblateJob(Job):
             blocks = parse_blocks(self.blocks, architecture.depth)
             self.named_blocks = _named("s", blocks, parse_blocks("all", architecture.depth))
             self.ablations += blocks
+        if self.embedding_target is not None:
+            self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
 
     def name(self) -> str:
@@ -114,7 +132,9 @@ class AblateJob(Job):
             self.named_blocks,
             setting("m", self.mode),
             setting("r", _paths_hash(self.reference) if self.reference else None),
-            setting("t", "top1" if self.target is None else self.target),
+            self.embedding_target.name_part
+            if self.embedding_target is not None
+            else setting("t", "top1" if self.target is None else self.target),
         )
 
     def settings(self) -> dict[str, Any]:
@@ -130,6 +150,7 @@ class AblateJob(Job):
                 "first": str(self.reference[0]) if self.reference else None,
             },
             "ablations": len(self.ablations),
+            **self.embedding_settings(),
         }
 
     def compute(self, work: ImageWork) -> Any:
@@ -141,7 +162,13 @@ class AblateJob(Job):
             self._replacements[key] = reference_replacements(work.model, self.mode, self.ablations, paths)
         work.steps.start(len(self.ablations), f"ablating {work.image.source.display_name}")
         return ablate(
-            work.model, work.image, self.ablations, self._replacements[key], self.target, on_progress=work.steps.advance
+            work.model,
+            work.image,
+            self.ablations,
+            self._replacements[key],
+            self.target,
+            on_progress=work.steps.advance,
+            embedding=self.bound_target(work.model),
         )
 
     def present(self, result: Any) -> Presentation:
@@ -213,9 +240,13 @@ def ablate_jobs(
     mode: str = "zero",
     reference: Path | None = None,
     run_images: list[str] | None = None,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
 ) -> list[Job]:
     """run_images: the command line's images, the default reference of --mode mean and resample (a `vitcli run`
     config does not pass them: there the reference must be given)."""
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature)
     mode = str(mode)
     if mode not in {member.value for member in Mode}:
         raise UsageError(f"unknown --mode {mode!r}: choose one of {', '.join(member.value for member in Mode)}")
@@ -234,7 +265,7 @@ def ablate_jobs(
         raise UsageError(f"--mode {mode} in a config needs --reference FOLDER (the images its replacements come from)")
     if not paths and mode != Mode.zero:
         raise UsageError(f"--mode {mode}: no reference images")
-    return [AblateJob(target, heads, blocks, mode, paths)]
+    return [AblateJob(target, heads, blocks, mode, paths, embedding)]
 
 
 def _readable(paths: list[Path], described: str, whose: str) -> list[Path]:
@@ -298,7 +329,21 @@ def ablate_command(
             show_default=False,
         ),
     ] = None,
+    target_image: TargetImageOption = None,
+    target_direction: TargetDirectionOption = None,
+    target_feature: TargetFeatureOption = None,
 ) -> None:
     """Ablate heads (or whole attention and MLP sublayers) one at a time, all ablations of an image as batched
     forwards: the change of the target logit and probability and whether the top-1 changes."""
-    context.run(ablate_jobs(target, heads, blocks, mode, reference, run_images=images or []), images)
+    jobs = ablate_jobs(
+        target,
+        heads,
+        blocks,
+        mode,
+        reference,
+        run_images=images or [],
+        target_image=target_image,
+        target_direction=target_direction,
+        target_feature=target_feature,
+    )
+    context.run(jobs, images)

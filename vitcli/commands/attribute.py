@@ -7,12 +7,19 @@ import typer
 
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
+from vitcli.commands.target_options import (
+    FollowsEmbedding,
+    TargetDirectionOption,
+    TargetFeatureOption,
+    TargetImageOption,
+)
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 
 class By(StrEnum):
@@ -31,10 +38,18 @@ ContrastOption = Annotated[
 ]
 
 
-class AttributeJob(Job):
+class AttributeJob(FollowsEmbedding, Job):
     command = "attribute"
 
-    def __init__(self, target: str | None, contrast: str | None, by: str, block: int | None):
+    def __init__(
+        self,
+        target: str | None,
+        contrast: str | None,
+        by: str,
+        block: int | None,
+        embedding: EmbeddingTarget | None = None,
+    ):
+        self.embedding_target = embedding
         self.target_text = target
         self.contrast_text = contrast
         self.by = by
@@ -47,7 +62,7 @@ class AttributeJob(Job):
         from vitcli.experiments.readout import readout_refusal
 
         skeleton = require_pre_norm(architecture.name)
-        refusal = readout_refusal(skeleton, architecture.name)
+        refusal = readout_refusal(skeleton, architecture.name, head=self.embedding_target is None)
         if refusal is not None:
             raise UsageError(refusal)
         if self.block is not None:
@@ -63,6 +78,8 @@ class AttributeJob(Job):
                 )
         from vitcli.classes import resolve_contrast
 
+        if self.embedding_target is not None:
+            self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
         self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
 
@@ -71,16 +88,30 @@ class AttributeJob(Job):
             "attribute",
             self.by,
             setting("b", self.block),
-            setting("t", "top1" if self.target is None else self.target),
+            self._target_part(),
             setting("c", self.contrast),
         )
 
+    def _target_part(self) -> str | None:
+        if self.embedding_target is not None:
+            return self.embedding_target.name_part
+        return setting("t", "top1" if self.target is None else self.target)
+
     def settings(self) -> dict[str, Any]:
-        return {"target": self.target, "contrast": self.contrast, "by": self.by, "block": self.block}
+        return {
+            "target": self.target,
+            "contrast": self.contrast,
+            "by": self.by,
+            "block": self.block,
+            **self.embedding_settings(),
+        }
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.attribution import attribute
 
+        if self.embedding_target is not None:
+            embedding = self.bound_target(work.model)
+            return attribute(work.model, work.image, None, None, self.by, self.block, embedding)
         target = self.target if self.target is not None else int(work.clean_logits().argmax())
         if target == self.contrast:
             raise VitcliError(
@@ -96,8 +127,15 @@ class AttributeJob(Job):
 
 @builds_jobs("attribute")
 def attribute_jobs(
-    target: str | None = None, contrast: str | None = None, by: str = "block", block: int | None = None
+    target: str | None = None,
+    contrast: str | None = None,
+    by: str = "block",
+    block: int | None = None,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
 ) -> list[Job]:
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
     by = str(by)
     if by not in {member.value for member in By}:
         raise UsageError(f"unknown --by {by!r}: choose one of {', '.join(member.value for member in By)}")
@@ -105,7 +143,7 @@ def attribute_jobs(
         raise UsageError("--by token needs --block B: the block whose heads' source tokens are mapped")
     if by != By.token and block is not None:
         raise UsageError("--block picks the block of --by token; add --by token")
-    return [AttributeJob(target, contrast, by, block)]
+    return [AttributeJob(target, contrast, by, block, embedding)]
 
 
 @vitcli_command(
@@ -132,7 +170,11 @@ def attribute_command(
         int | None,
         typer.Option(help="The block (from 1) of --by token.", show_default=False),
     ] = None,
+    target_image: TargetImageOption = None,
+    target_direction: TargetDirectionOption = None,
+    target_feature: TargetFeatureOption = None,
 ) -> None:
     """Direct logit attribution: the target logit split exactly into what the embedding, each block's attention
     and MLP, each head or each source token wrote, with the final LayerNorm's scale frozen; checked to add up."""
-    context.run(attribute_jobs(target, contrast, by, block), images)
+    jobs = attribute_jobs(target, contrast, by, block, target_image, target_direction, target_feature)
+    context.run(jobs, images)

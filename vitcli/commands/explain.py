@@ -25,6 +25,12 @@ from vitcli.commands.explain_options import (
     audit_settings,
 )
 from vitcli.commands.occlude import Fill, TargetOption
+from vitcli.commands.target_options import (
+    FollowsEmbedding,
+    TargetDirectionOption,
+    TargetFeatureOption,
+    TargetImageOption,
+)
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
 from vitcli.experiments.explain_options import (
@@ -43,6 +49,7 @@ from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
+from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 # Cheap together (one hooked forward and backward); occlusion runs one forward per patch, so it is asked for.
 DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
@@ -90,7 +97,7 @@ def refuse_on_stages(methods: list[str], block: int, architecture: Any) -> None:
         )
 
 
-class ExplainJob(Job):
+class ExplainJob(FollowsEmbedding, Job):
     command = "explain"
 
     def __init__(
@@ -106,7 +113,9 @@ class ExplainJob(Job):
         contrast: str | None = None,
         gradients: GradientOptions | None = None,
         audits: AuditOptions | None = None,
+        embedding: EmbeddingTarget | None = None,
     ):
+        self.embedding_target = embedding
         self.methods = methods
         self.target_text = target
         self.block = block
@@ -134,6 +143,8 @@ class ExplainJob(Job):
                 self.steps = min(DEFAULT_STEPS, patches)
             if not 1 <= self.steps <= patches:
                 raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {self.steps}")
+        if self.embedding_target is not None:
+            self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
         self.contrast = resolve_target_text(architecture, self.contrast_text)
         if self.contrast is not None and self.contrast == self.target:
@@ -146,7 +157,7 @@ class ExplainJob(Job):
             setting("m", self.methods),
             setting("b", self.block) if reads_block else None,
             self.fill if covers else None,
-            setting("t", "top1" if self.target is None else self.target),
+            self._target_part(),
             setting("c", self.contrast) if self.contrast is not None else None,
         ]
         if "ig" in self.methods:
@@ -159,10 +170,16 @@ class ExplainJob(Job):
             parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
 
+    def _target_part(self) -> str | None:
+        if self.embedding_target is not None:
+            return self.embedding_target.name_part
+        return setting("t", "top1" if self.target is None else self.target)
+
     def settings(self) -> dict[str, Any]:
         return {
             "methods": self.methods,
             "target": self.target,
+            **self.embedding_settings(),
             "block": self.block,
             "fill": self.fill,
             "faithfulness": self.faithfulness,
@@ -190,6 +207,7 @@ class ExplainJob(Job):
             total += count_audit_work(work.model, self.methods, settings, self.audits)
         if total:
             work.steps.start(total, f"explaining {work.image.source.display_name}")
+        embedding = self.bound_target(work.model)
         result = explain(
             work.model,
             work.image,
@@ -199,14 +217,15 @@ class ExplainJob(Job):
             self.fill,
             faithfulness=options,
             on_progress=work.steps.advance,
-            clean_logits=work.clean_logits(),
+            clean_logits=None if embedding is not None else work.clean_logits(),
             contrast=None if self.contrast is None else str(self.contrast),
             gradient_options=self.gradients,
+            embedding=embedding,
         )
         if self.audits.any:
             contrast = None if result.contrast is None else result.contrast.index
             settings = MapSettings(result.block, self.fill, gradients=self.gradients, contrast=contrast)
-            result.audits = audit(work.model, work.image, result, settings, self.audits, work.steps.advance)
+            result.audits = audit(work.model, work.image, result, settings, self.audits, work.steps.advance, embedding)
         return result
 
     def present(self, result: Any) -> Presentation:
@@ -290,7 +309,15 @@ def explain_jobs(
     sanity: bool = False,
     sanity_seed: int = 0,
     sanity_threshold: float = DEFAULT_SANITY_THRESHOLD,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
 ) -> list[Job]:
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    if embedding is not None and sanity:
+        raise UsageError(
+            f"--sanity compares the maps with those of a random other class; it does not apply to {embedding.option}"
+        )
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
     unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
     if unknown:
@@ -322,6 +349,7 @@ def explain_jobs(
             contrast,
             gradients,
             audits,
+            embedding,
         )
     ]
 
@@ -396,6 +424,9 @@ def explain_command(
     sanity: SanityOption = False,
     sanity_seed: SanitySeedOption = 0,
     sanity_threshold: SanityThresholdOption = DEFAULT_SANITY_THRESHOLD,
+    target_image: TargetImageOption = None,
+    target_direction: TargetDirectionOption = None,
+    target_feature: TargetFeatureOption = None,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
@@ -422,6 +453,9 @@ def explain_command(
             sanity,
             sanity_seed,
             sanity_threshold,
+            target_image,
+            target_direction,
+            target_feature,
         ),
         images,
     )

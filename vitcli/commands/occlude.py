@@ -5,12 +5,19 @@ from typing import Annotated, Any
 
 import typer
 
+from vitcli.commands.target_options import (
+    FollowsEmbedding,
+    TargetDirectionOption,
+    TargetFeatureOption,
+    TargetImageOption,
+)
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
+from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 TargetOption = Annotated[
     str | None,
@@ -40,12 +47,13 @@ FillOption = Annotated[
 ]
 
 
-class OcclusionJob(Job):
+class OcclusionJob(FollowsEmbedding, Job):
     """Covers over one image and the fall of the target probability; the target is resolved by check()."""
 
     command = "occlude-quadrants"
 
-    def __init__(self, target: str | None, fill: Fill):
+    def __init__(self, target: str | None, fill: Fill, embedding: EmbeddingTarget | None = None):
+        self.embedding_target = embedding
         self.target_text = target
         self.fill = fill
         self.target: int | None = None  # class index; None follows each image's clean top-1
@@ -53,26 +61,37 @@ class OcclusionJob(Job):
     def check(self, architecture: Any) -> None:
         from vitcli.classes import resolve_class
 
+        if self.embedding_target is not None:
+            self.embedding_target.check(architecture)
         self.target = None if self.target_text is None else resolve_class(architecture.labels, self.target_text)
 
     @property
     def target_part(self) -> str:
+        if self.embedding_target is not None:
+            return self.embedding_target.name_part
         return "ttop1" if self.target is None else f"t{self.target}"
 
-    def target_argument(self) -> str | None:
+    def target_argument(self, work: ImageWork) -> Any:
+        """What the experiment follows: the embedding target on this model, the class index, or None (top-1)."""
+        if self.embedding_target is not None:
+            return self.bound_target(work.model)
         return None if self.target is None else str(self.target)
+
+    def clean_logits(self, work: ImageWork) -> Any:
+        return None if self.embedding_target is not None else work.clean_logits()
 
     def name(self) -> str:
         return result_name("occlusion-quadrants", self.fill.value, self.target_part)
 
     def settings(self) -> dict[str, Any]:
-        return {"fill": self.fill.value, "target": "top1" if self.target is None else self.target}
+        target = "top1" if self.target is None else self.target
+        return {"fill": self.fill.value, "target": target, **self.embedding_settings()}
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.occlusion import occlude_quadrants
 
         return occlude_quadrants(
-            work.model, work.image, self.target_argument(), self.fill.value, clean_logits=work.clean_logits()
+            work.model, work.image, self.target_argument(work), self.fill.value, clean_logits=self.clean_logits(work)
         )
 
     def present(self, result: Any) -> Presentation:
@@ -86,8 +105,15 @@ class PatchOcclusionJob(OcclusionJob):
 
     command = "occlude-patches"
 
-    def __init__(self, target: str | None, fill: Fill, size: int | None, stride: int | None):
-        super().__init__(target, fill)
+    def __init__(
+        self,
+        target: str | None,
+        fill: Fill,
+        size: int | None,
+        stride: int | None,
+        embedding: EmbeddingTarget | None = None,
+    ):
+        super().__init__(target, fill, embedding)
         self.size, self.stride = size, stride
         self.windows: Any = None  # experiments.occlusion.SlidingWindows
 
@@ -120,10 +146,10 @@ class PatchOcclusionJob(OcclusionJob):
             work.model,
             work.image,
             self.windows,
-            self.target_argument(),
+            self.target_argument(work),
             self.fill.value,
             on_batch=work.steps.advance,
-            clean_logits=work.clean_logits(),
+            clean_logits=self.clean_logits(work),
         )
 
     def present(self, result: Any) -> Presentation:
@@ -142,15 +168,29 @@ def _fill(fill: Fill | str) -> Fill:
 
 
 @builds_jobs("occlude-quadrants")
-def occlude_quadrants_jobs(target: str | None = None, fill: Fill | str = Fill.gray) -> list[Job]:
-    return [OcclusionJob(target, _fill(fill))]
+def occlude_quadrants_jobs(
+    target: str | None = None,
+    fill: Fill | str = Fill.gray,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
+) -> list[Job]:
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature)
+    return [OcclusionJob(target, _fill(fill), embedding)]
 
 
 @builds_jobs("occlude-patches")
 def occlude_patches_jobs(
-    target: str | None = None, fill: Fill | str = Fill.gray, size: int | None = None, stride: int | None = None
+    target: str | None = None,
+    fill: Fill | str = Fill.gray,
+    size: int | None = None,
+    stride: int | None = None,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
 ) -> list[Job]:
-    return [PatchOcclusionJob(target, _fill(fill), size, stride)]
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature)
+    return [PatchOcclusionJob(target, _fill(fill), size, stride, embedding)]
 
 
 @vitcli_command(
@@ -161,10 +201,16 @@ def occlude_patches_jobs(
     ],
 )
 def occlude_quadrants_command(
-    context: CommandContext, images: ImagesArgument = None, target: TargetOption = None, fill: FillOption = Fill.gray
+    context: CommandContext,
+    images: ImagesArgument = None,
+    target: TargetOption = None,
+    fill: FillOption = Fill.gray,
+    target_image: TargetImageOption = None,
+    target_direction: TargetDirectionOption = None,
+    target_feature: TargetFeatureOption = None,
 ) -> None:
     """Cover each quadrant in turn (112x112 on a 224 input): how far does the target probability fall?"""
-    context.run(occlude_quadrants_jobs(target, fill), images)
+    context.run(occlude_quadrants_jobs(target, fill, target_image, target_direction, target_feature), images)
 
 
 @vitcli_command(
@@ -185,6 +231,10 @@ def occlude_patches_command(
     stride: Annotated[
         int | None, typer.Option(help="Step between covers in pixels (default: the cover size).", show_default=False)
     ] = None,
+    target_image: TargetImageOption = None,
+    target_direction: TargetDirectionOption = None,
+    target_feature: TargetFeatureOption = None,
 ) -> None:
     """Slide a cover over the input (one per patch by default) and map the drop in target probability."""
-    context.run(occlude_patches_jobs(target, fill, size, stride), images)
+    jobs = occlude_patches_jobs(target, fill, size, stride, target_image, target_direction, target_feature)
+    context.run(jobs, images)

@@ -8,11 +8,18 @@ import typer
 
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
+from vitcli.commands.target_options import (
+    FollowsEmbedding,
+    TargetDirectionOption,
+    TargetFeatureOption,
+    TargetImageOption,
+)
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import image_subject, result_name, set_subject, setting
 from vitcli.shell import vitcli_command
+from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 PairArgument = Annotated[
     list[str] | None,
@@ -36,7 +43,7 @@ class Method(str, Enum):
     attribution = "attribution"
 
 
-class PatchJob(Job):
+class PatchJob(FollowsEmbedding, Job):
     """One result about an ordered pair of images (CLEAN, CORRUPT) as `vitcli patch CLEAN CORRUPT` computes it: the
     command runs the pair and files the result under the pair's folder. The job holds one image of the pair, its
     `partner`: here CLEAN; in PatchIntoJob (a `vitcli run` experiment), CORRUPT."""
@@ -45,7 +52,16 @@ class PatchJob(Job):
     partner_role = "clean"
     name_prefix = "from"
 
-    def __init__(self, partner: Path, target: str | None, contrast: str | None, sites: list[str], methods: list[str]):
+    def __init__(
+        self,
+        partner: Path,
+        target: str | None,
+        contrast: str | None,
+        sites: list[str],
+        methods: list[str],
+        embedding: EmbeddingTarget | None = None,
+    ):
+        self.embedding_target = embedding
         self.partner = partner
         self.target_text, self.contrast_text = target, contrast
         self.sites = [kind.value for kind in SiteKind if kind.value in sites]  # canonical order, once each
@@ -57,6 +73,8 @@ class PatchJob(Job):
         from vitcli.capture import require_pre_norm
         from vitcli.classes import resolve_contrast
 
+        if self.embedding_target is not None:
+            self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
         self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
         require_pre_norm(architecture.name)
@@ -65,13 +83,27 @@ class PatchJob(Job):
         return result_name(
             "patch",
             f"{self.name_prefix}-{image_subject(self.partner)}",
-            setting("t", "top1" if self.target is None else self.target),
-            setting("c", "auto" if self.contrast is None else self.contrast),
+            *self._target_parts(),
             setting("s", self.sites),
             setting("m", self.methods),
         )
 
+    def _target_parts(self) -> list[str | None]:
+        if self.embedding_target is not None:
+            return [self.embedding_target.name_part]
+        return [
+            setting("t", "top1" if self.target is None else self.target),
+            setting("c", "auto" if self.contrast is None else self.contrast),
+        ]
+
     def settings(self) -> dict[str, Any]:
+        if self.embedding_target is not None:
+            return {
+                self.partner_role: str(self.partner),
+                **self.embedding_settings(),
+                "sites": self.sites,
+                "methods": self.methods,
+            }
         return {
             self.partner_role: str(self.partner),
             "target": self.target if self.target is not None else "CLEAN's top-1",
@@ -94,10 +126,18 @@ class PatchIntoJob(PatchJob):
     partner_role = "corrupt"
     name_prefix = "into"
 
-    def __init__(self, corrupt: Path, target: str | None, contrast: str | None, sites: list[str], methods: list[str]):
+    def __init__(
+        self,
+        corrupt: Path,
+        target: str | None,
+        contrast: str | None,
+        sites: list[str],
+        methods: list[str],
+        embedding: EmbeddingTarget | None = None,
+    ):
         from vitcli.hashing import file_sha256
 
-        super().__init__(corrupt, target, contrast, sites, methods)
+        super().__init__(corrupt, target, contrast, sites, methods, embedding)
         self.corrupt_sha256 = file_sha256(corrupt)
         self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
 
@@ -111,10 +151,21 @@ class PatchIntoJob(PatchJob):
             )
         if self._corrupt is None:
             corrupt = work.model.prepare(self.partner)
-            self._corrupt = corrupt, corrupt_forward(work.model, corrupt.input, "attribution" in self.methods)
+            gradients = "attribution" in self.methods
+            embedding = self.bound_target(work.model)
+            self._corrupt = corrupt, corrupt_forward(work.model, corrupt.input, gradients, embedding)
         corrupt, forward = self._corrupt
         return patch_images(
-            work.model, work.image, corrupt, self.sites, self.methods, self.target, self.contrast, work.steps, forward
+            work.model,
+            work.image,
+            corrupt,
+            self.sites,
+            self.methods,
+            self.target,
+            self.contrast,
+            work.steps,
+            forward,
+            embedding=self.bound_target(work.model),
         )
 
 
@@ -125,6 +176,9 @@ def patch_jobs(
     contrast: str | None = None,
     sites: list[SiteKind] | None = None,
     method: list[Method] | None = None,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
     relative to its own folder). The command line's two-image form does not come through here."""
@@ -139,7 +193,8 @@ def patch_jobs(
         )
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods)]
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
 
 
 def _pair(arguments: list[str] | None) -> tuple[Path, Path]:
@@ -208,6 +263,9 @@ def patch_command(
             show_default=False,
         ),
     ] = None,
+    target_image: TargetImageOption = None,
+    target_direction: TargetDirectionOption = None,
+    target_feature: TargetFeatureOption = None,
 ) -> None:
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
@@ -217,12 +275,23 @@ def patch_command(
     chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
     chosen_methods = [each.value for each in (method or [Method.activation])]
     clean_path, corrupt_path = _pair(images)
-    job = PatchJob(clean_path, target, contrast, chosen_sites, chosen_methods)
+    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    job = PatchJob(clean_path, target, contrast, chosen_sites, chosen_methods, embedding)
     context.check([job])
     model = context.model()
     clean, corrupt = model.prepare(clean_path), model.prepare(corrupt_path)
     with progress_display(context.show_progress(1)) as progress:
         steps = ProgressSteps(progress) if progress is not None else LineSteps(context.messages.info)
-        result = patch_images(model, clean, corrupt, job.sites, job.methods, job.target, job.contrast, steps)
+        result = patch_images(
+            model,
+            clean,
+            corrupt,
+            job.sites,
+            job.methods,
+            job.target,
+            job.contrast,
+            steps,
+            embedding=job.bound_target(model),
+        )
     subject = {"clean": clean.source.to_json(), "corrupt": corrupt.source.to_json()}
     context.publish([(job, result, set_subject([clean_path, corrupt_path]), subject)], context.provenance(model))

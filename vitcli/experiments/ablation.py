@@ -6,6 +6,8 @@ that activation over the reference images, token by token (`mean`), or its value
 (`resample`). All ablations of one image run as batched forwards, one row per ablation: the rows entering the
 earliest ablated block of a batch are the clean image's (kept from one clean forward), so a batch only runs the
 blocks from there on; on a CPU two batches run at once (VitModel.stream), each hook reading its own thread's batch.
+An embedding target (vitcli.targets) is measured by its score of the pooled embedding in place of the target logit
+(no probability, no top-1: the forward ends at the embedding).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from vitcli.capture import (
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, EmbeddingScore, output_of
 
 HEAD, ATTENTION, MLP = "head", "attn", "mlp"
 ZERO, MEAN, RESAMPLE = "zero", "mean", "resample"
@@ -63,11 +66,11 @@ class Ablation:
 @dataclass(frozen=True)
 class AblationOutcome:
     ablation: Ablation
-    target_logit: float
+    target_logit: float  # an embedding target's score instead
     logit_change: float  # ablated - clean
-    target_probability: float
-    probability_change: float  # ablated - clean
-    top1: ClassProbability  # of the ablated forward
+    target_probability: float | None  # None for an embedding target
+    probability_change: float | None  # ablated - clean
+    top1: ClassProbability | None  # of the ablated forward; None for an embedding target
     top1_changed: bool
 
 
@@ -79,9 +82,9 @@ class AblationResult:
     reference: str  # what the replacements came from, in words
     depth: int
     num_heads: int
-    target: ClassProbability  # clean probability
-    clean_logit: float
-    clean_top1: ClassProbability
+    target: ClassProbability | EmbeddingScore  # clean probability, or the embedding target's clean score
+    clean_logit: float  # the embedding target's clean score for one
+    clean_top1: ClassProbability | None
     outcomes: list[AblationOutcome]
 
 
@@ -133,11 +136,14 @@ def ablation_logits(
     ablations: Sequence[Ablation],
     replacements: Replacements,
     on_progress: Callable[[int], None] = lambda _count: None,
+    embedding: BoundTarget | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """(clean logits (classes,), ablated logits (ablations, classes) in the order given), CPU float32."""
+    """(clean logits (classes,), ablated logits (ablations, classes) in the order given), CPU float32; pooled
+    embeddings instead of logits for an embedding target."""
     net = model.net
     resid_sites = [resid_pre_site(block) for block in range(1, model.depth + 1)]
-    with torch.inference_mode(), caching(net, resid_sites) as cache, _threads(1 if model.streams > 1 else None):
+    output = output_of(model, embedding)
+    with torch.inference_mode(), caching(net, resid_sites) as cache, _threads(1 if model.streams > 1 else None), output:
         clean = net(prepared.input[None].to(model.device))[0].float().cpu()
     order = sorted(range(len(ablations)), key=lambda index: ablations[index])
     chunks = [order[start : start + model.batch_size] for start in range(0, len(order), model.batch_size)]
@@ -166,7 +172,7 @@ def ablation_logits(
         return logits_from(net, first, cache[resid_pre_site(first)].expand(len(chunk), -1, -1))
 
     sites = {ablation.hook_site for ablation in ablations}
-    with hooks(net, {site: replacer(site) for site in sites}):
+    with hooks(net, {site: replacer(site) for site in sites}), output_of(model, embedding):
         # stream() hands each "batch" to forward(); here a batch is the index of a chunk.
         indexes = (torch.tensor(index) for index in range(len(chunks)))
         for chunk, logits in zip(chunks, model.stream(forward, indexes), strict=True):
@@ -198,9 +204,13 @@ def ablate(
     replacements: Replacements,
     target: int | None,
     on_progress: Callable[[int], None] = lambda _count: None,
+    embedding: BoundTarget | None = None,
 ) -> AblationResult:
-    """Every ablation of one image, in batches of the model's batch size, against its clean forward."""
-    clean, ablated = ablation_logits(model, prepared, ablations, replacements, on_progress)
+    """Every ablation of one image, in batches of the model's batch size, against its clean forward; `embedding`:
+    an embedding target followed instead of a class."""
+    clean, ablated = ablation_logits(model, prepared, ablations, replacements, on_progress, embedding)
+    if embedding is not None:
+        return _embedding_result(model, prepared, ablations, replacements, embedding, clean, ablated)
     clean_probabilities = clean.softmax(dim=-1)
     probabilities = ablated.softmax(dim=-1)
     target = int(clean.argmax()) if target is None else target
@@ -233,14 +243,43 @@ def ablate(
     )
 
 
+def _embedding_result(
+    model: VitModel,
+    prepared: PreparedImage,
+    ablations: Sequence[Ablation],
+    replacements: Replacements,
+    embedding: BoundTarget,
+    clean: Tensor,
+    ablated: Tensor,
+) -> AblationResult:
+    clean_score = float(embedding.score(clean[None])[0])
+    scores = embedding.score(ablated).tolist()
+    outcomes = [
+        AblationOutcome(ablation, score, score - clean_score, None, None, None, False)
+        for ablation, score in zip(ablations, scores, strict=True)
+    ]
+    return AblationResult(
+        prepared.source,
+        model.spec.label,
+        replacements.mode,
+        replacements.description,
+        model.depth,
+        model.num_heads,
+        EmbeddingScore(embedding.target, clean_score),
+        clean_score,
+        None,
+        outcomes,
+    )
+
+
 @dataclass(frozen=True)
 class AblationSpread:
     """One ablation over several images (each with its own target)."""
 
     ablation: Ablation
     images: int
-    mean_logit_change: float
-    mean_probability_change: float
+    mean_logit_change: float  # of an embedding target's score, for one
+    mean_probability_change: float | None  # None for an embedding target
     top1_changed_fraction: float
 
 
@@ -252,6 +291,7 @@ class AblationSpreads:
     depth: int
     num_heads: int
     spreads: list[AblationSpread]
+    measure: str = "logit"  # what changed: the target logit, or an embedding target's "score"
 
 
 def ablation_spread(documents: Sequence[dict[str, Any]]) -> AblationSpreads:
@@ -265,12 +305,22 @@ def ablation_spread(documents: Sequence[dict[str, Any]]) -> AblationSpreads:
             AblationSpread(
                 Ablation(row["block"], row["site"], row["head"]),
                 len(outcomes),
-                sum(outcome["logit_change"] for outcome in outcomes) / len(outcomes),
-                sum(outcome["probability_change"] for outcome in outcomes) / len(outcomes),
-                sum(bool(outcome["top1_changed"]) for outcome in outcomes) / len(outcomes),
+                sum(_change(outcome) for outcome in outcomes) / len(outcomes),
+                None
+                if "probability_change" not in row
+                else sum(outcome["probability_change"] for outcome in outcomes) / len(outcomes),
+                sum(bool(outcome.get("top1_changed")) for outcome in outcomes) / len(outcomes),
             )
         )
     references = sorted({document["reference"] for document in documents})
     reference = references[0] if len(references) == 1 else f"{first['mode']}: a reference image per image"
     shape = first["model"]
-    return AblationSpreads(first["weights"], first["mode"], reference, shape["blocks"], shape["heads"], spreads)
+    measure = "score" if "score_change" in first["ablations"][0] else "logit"
+    return AblationSpreads(
+        first["weights"], first["mode"], reference, shape["blocks"], shape["heads"], spreads, measure
+    )
+
+
+def _change(stored: dict[str, Any]) -> float:
+    """A stored row's change: of the target logit, or of an embedding target's score."""
+    return stored["logit_change"] if "logit_change" in stored else stored["score_change"]

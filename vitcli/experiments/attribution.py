@@ -9,6 +9,12 @@ forward captures every component, and the result carries the reconstruction agai
 By token (one block B): head h's output at row r is sum over sources j of A_h[r, j] v_j W_O,h^T, so each source
 token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out; the attention is recomputed from norm1's output
 (the family's written-out attention, attend's).
+
+An embedding target (vitcli.targets) takes the logit's place: the metric is the pooled embedding read along one
+vector w. For --target-direction w is the direction, for --target-feature the unit vector of the feature; the
+cosine of --target-image is not linear, so its metric is the pooled embedding projected on REF's normalized
+embedding divided by the image's own embedding norm, that norm frozen at this image's value (as the LayerNorm's
+scale is): the terms then add up to the cosine itself.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from vitcli.experiments.readout import LinearReadout, linear_readout
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, EmbeddingScore, output_of
 
 RECONSTRUCTION_TOLERANCE = 1e-4
 EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS, TOKEN = "embedding", "attn", "mlp", "head", "attn bias", "token"
@@ -46,9 +53,9 @@ class AttributionResult:
     weights_label: str
     by: str  # "block", "head" or "token"
     block: int | None  # the block of --by token
-    target: ClassProbability
+    target: ClassProbability | EmbeddingScore
     contrast: ClassProbability | None
-    model_metric: float  # the model's own target logit (minus the contrast's)
+    model_metric: float  # the model's own target logit (minus the contrast's), or the embedding target's score
     constant: float
     terms: list[Term]  # the decomposition --by asked for: they sum, with the constant, to the metric
     block_terms: list[Term]  # embedding, then attention and MLP of every block (for the bar chart)
@@ -77,34 +84,46 @@ def attribute(
     contrast: int | None,
     by: str,
     block: int | None = None,
+    embedding: BoundTarget | None = None,
 ) -> AttributionResult:
-    """One forward (no backward), every component captured; refused when the terms do not rebuild the metric."""
+    """One forward (no backward), every component captured; refused when the terms do not rebuild the metric.
+    `embedding`: an embedding target attributed instead of a class (`target` and `contrast` are then None)."""
     net, depth = model.net, model.depth
     blocks = range(1, depth + 1)
     sites = ["blocks.1.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
     sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_attn_out", "hook_mlp_out")]
     if by == TOKEN:
         sites.append(f"blocks.{block}.ln1.hook_normalized")
-    with torch.inference_mode(), caching(net, sites) as cache:
+    with torch.inference_mode(), caching(net, sites) as cache, output_of(model, embedding):
         logits = net(prepared.input[None].to(model.device))[0].float().cpu()
     cache = {site: activation[0].double().cpu() for site, activation in cache.items()}
-    target = int(logits.argmax()) if target is None else target
-    readout = linear_readout(net, cache[f"blocks.{depth}.hook_resid_post"], target, contrast)
+    final_rows = cache[f"blocks.{depth}.hook_resid_post"]
+    if embedding is not None:  # `logits` is the pooled embedding
+        readout = linear_readout(net, final_rows, None, None, embedding.readout(logits))
+    else:
+        target = int(logits.argmax()) if target is None else target
+        readout = linear_readout(net, final_rows, target, contrast)
     block_terms = [Term(EMBEDDING, None, None, None, readout.term(cache["blocks.1.hook_resid_pre"]))]
     for b in blocks:
         for component in (ATTENTION, MLP):
             block_terms.append(Term(component, b, None, None, readout.term(cache[f"blocks.{b}.hook_{component}_out"])))
     head_terms, bias_terms = _head_terms(model, cache, readout)
     terms = _terms(model, cache, readout, by, block, block_terms, head_terms, bias_terms)
-    probabilities = logits.softmax(dim=-1)
-    model_metric = float(logits[target].double() - (logits[contrast].double() if contrast is not None else 0.0))
+    if embedding is not None:
+        model_metric = float(embedding.score(logits[None].double())[0])
+        followed, contrasted = EmbeddingScore(embedding.target, model_metric), None
+    else:
+        probabilities = logits.softmax(dim=-1)
+        model_metric = float(logits[target].double() - (logits[contrast].double() if contrast is not None else 0.0))
+        followed = _class(model, target, probabilities)
+        contrasted = None if contrast is None else _class(model, contrast, probabilities)
     result = AttributionResult(
         prepared.source,
         model.spec.label,
         by,
         block if by == TOKEN else None,
-        _class(model, target, probabilities),
-        None if contrast is None else _class(model, contrast, probabilities),
+        followed,
+        contrasted,
         model_metric,
         readout.constant,
         terms,
@@ -117,8 +136,8 @@ def attribute(
     if not result.difference <= RECONSTRUCTION_TOLERANCE:
         raise VitcliError(
             f"self-check failed: the attribution terms plus the constant give {result.reconstruction:.6g} but the "
-            f"model's logit is {model_metric:.6g} (difference {result.difference:.3g}, tolerance "
-            f"{RECONSTRUCTION_TOLERANCE:g})"
+            f"model's {'score' if embedding is not None else 'logit'} is {model_metric:.6g} (difference "
+            f"{result.difference:.3g}, tolerance {RECONSTRUCTION_TOLERANCE:g})"
         )
     return result
 

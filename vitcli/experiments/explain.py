@@ -6,6 +6,9 @@ model's own modules: the capture layer keeps the attention probabilities of ever
 fused attention is switched off for that pass only, since it never forms them) and block B's ln1.hook_normalized,
 with their gradients. The logits of that pass must equal the model's normal eval forward within OUTPUT_TOLERANCE;
 the result carries the difference. Every map keeps its raw values: nothing is min-max normalized here.
+
+An embedding target (vitcli.targets: --target-image, --target-direction, --target-feature) takes the logit's place:
+every pass then ends at the pooled embedding and differentiates, covers or scores the target's score instead.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from vitcli.experiments.rollout import attention_rollout, check_rollout_options
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, EmbeddingScore, output_of, score_of
 
 METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion", *PIXEL_METHODS)
 ATTENTION_METHODS = frozenset({"relevance", "grad-rollout", "attention", "rollout"})
@@ -58,8 +62,8 @@ class Explanation:
     crop: np.ndarray  # (H, W, 3) uint8: what the model saw
     grid: PatchGrid
     weights_label: str
-    target: ClassProbability  # the explained class, with its clean probability
-    top1: ClassProbability
+    target: ClassProbability | EmbeddingScore  # the explained class with its clean probability, or embedding target
+    top1: ClassProbability | None  # None when an embedding target is explained (the forward ends at the embedding)
     block: int  # one-based block whose norm1 output Grad-CAM reads and whose attention `attention` shows
     fill: str  # what covered pixels become, for occlusion and the faithfulness curves
     maps: list[MethodMap]
@@ -111,7 +115,7 @@ def count_work(
 class GradientCapture:
     """One image's hooked pass; tensors on the CPU, batch dimension removed."""
 
-    logits: Tensor  # (classes,)
+    logits: Tensor  # (classes,), or the pooled embedding (D,) for an embedding target
     attention: Tensor | None  # (blocks, heads, N, N) softmax(q k^T * scale)
     attention_gradients: Tensor | None  # d target logit / d attention, same shape
     features: Tensor | None  # (N, D) output of blocks[B-1].norm1
@@ -122,7 +126,7 @@ class GradientCapture:
 def capture_gradients(
     model: VitModel,
     image: Tensor,
-    target: int,
+    target: int | BoundTarget,
     attention: bool,
     feature_block: int | None,
     backward: bool = True,
@@ -130,9 +134,10 @@ def capture_gradients(
     contrast: int | None = None,
 ) -> GradientCapture:
     """Run one (3, H, W) normalized image through the model with hooks; backward from the target logit (minus the
-    contrast class's logit, when given).
+    contrast class's logit, when given), or from an embedding target's score of the pooled embedding.
 
-    eval_logits: the model's eval forward of the image, when already computed (else it runs here).
+    eval_logits: the model's eval forward of the image, when already computed (else it runs here; always for an
+    embedding target, whose forward ends at the pooled embedding).
     """
     net = model.net
     attention_sites = [pattern_site(number) for number in range(1, model.depth + 1)] if attention else []
@@ -141,17 +146,20 @@ def capture_gradients(
     # A copy that requires grad: the graph reaches the input whatever the parameters' flags, and autograd.grad to
     # it leaves the parameters' .grad untouched.
     inputs = image[None].to(model.device, dtype).clone().requires_grad_(True)
-    with torch.enable_grad(), caching_with_gradients(net, attention_sites + feature_sites) as kept:
+    output = output_of(model, target)
+    with torch.enable_grad(), caching_with_gradients(net, attention_sites + feature_sites) as kept, output:
         logits = net(inputs)[0]
         if backward:
-            score = logits[target] - logits[contrast] if contrast is not None else logits[target]
-            torch.autograd.grad(score, inputs)
+            torch.autograd.grad(score_of(logits[None], target, contrast)[0], inputs)
     missing = set(attention_sites + feature_sites) - set(kept.activations)
     if backward:
         missing |= set(attention_sites + feature_sites) - set(kept.gradients)
     if missing:
         raise VitcliError(f"cannot explain with {model.name}: a captured site gave no activation or gradient")
-    own = eval_logits.float().cpu() if eval_logits is not None else model.logits(inputs.detach())[0]
+    if eval_logits is None or isinstance(target, BoundTarget):
+        with output_of(model, target):
+            eval_logits = model.logits(inputs.detach())[0]
+    own = eval_logits.float().cpu()
     difference = float((logits.detach().float().cpu() - own).abs().max())
     if not difference <= OUTPUT_TOLERANCE:
         raise VitcliError(
@@ -235,11 +243,13 @@ def explain(
     clean_logits: Tensor | None = None,
     contrast: str | None = None,
     gradient_options: GradientOptions | None = None,
+    embedding: BoundTarget | None = None,
 ) -> Explanation:
     """Each method's raw map for the target class (default the clean top-1), and optionally their curves.
 
     clean_logits: the model's eval forward of the image, when the caller has it (else it runs here).
     contrast: a class whose logit the gradient methods subtract from the target's ("why target rather than this").
+    embedding: an embedding target, explained instead of a class (`target` and `contrast` are then None).
     """
     methods = check_methods(methods)
     block = resolve_block(model, block)
@@ -249,6 +259,41 @@ def explain(
         check_options(model.map_grid, faithfulness)
     if {"rollout", "grad-rollout"} & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
+    if embedding is not None:
+        followed, top1, contrasted, clean_logits = _embedding_target(model, prepared, embedding)
+    else:
+        followed, top1, contrasted, clean_logits = _class_target(model, prepared, target, contrast, clean_logits)
+    contrast_index = None if contrasted is None else contrasted.index
+    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options, contrast_index)
+    followed_index = embedding if embedding is not None else followed.index
+    maps, output_difference = method_maps(model, prepared, methods, followed_index, settings, on_progress, clean_logits)
+    curves = None
+    if faithfulness is not None:
+        values = {item.method: item.values for item in maps}
+        fill_pixels = fill_image(model, prepared, fill)
+        curves = faithfulness_curves(
+            model, prepared.input, fill_pixels, values, followed_index, faithfulness, on_progress
+        )
+    return Explanation(
+        prepared.source,
+        prepared.crop_uint8(),
+        model.map_grid,
+        model.spec.label,
+        followed,
+        top1,
+        block,
+        fill,
+        maps,
+        output_difference,
+        curves,
+        contrasted,
+    )
+
+
+def _class_target(
+    model: VitModel, prepared: PreparedImage, target: str | None, contrast: str | None, clean_logits: Tensor | None
+) -> tuple[ClassProbability, ClassProbability, ClassProbability | None, Tensor]:
+    """The explained class, the clean top-1 and the contrast class with their clean probabilities, and the logits."""
     if clean_logits is None:
         clean_logits = model.logits(prepared.input[None])[0]
     clean = clean_logits.float().cpu().softmax(dim=-1)
@@ -258,34 +303,21 @@ def explain(
         if target is None:  # known only now: this image's top-1 is the contrast class
             raise VitcliError(f"the clean top-1 class {target_index} is the --contrast class: give --target")
         raise UsageError(f"--contrast {contrast} is the target class {target_index}: choose another class")
-    top = int(clean.argmax())
-    settings = MapSettings(block, fill, head_fusion, discard_ratio, gradient_options, contrast_index)
-    maps, output_difference = method_maps(model, prepared, methods, target_index, settings, on_progress, clean_logits)
-    curves = None
-    if faithfulness is not None:
-        values = {item.method: item.values for item in maps}
-        fill_pixels = fill_image(model, prepared, fill)
-        curves = faithfulness_curves(
-            model, prepared.input, fill_pixels, values, target_index, faithfulness, on_progress
-        )
 
     def scored(index: int) -> ClassProbability:
         return ClassProbability(index, model.labels[index], float(clean[index]))
 
-    return Explanation(
-        prepared.source,
-        prepared.crop_uint8(),
-        model.map_grid,
-        model.spec.label,
-        scored(target_index),
-        scored(top),
-        block,
-        fill,
-        maps,
-        output_difference,
-        curves,
-        None if contrast_index is None else scored(contrast_index),
-    )
+    contrasted = None if contrast_index is None else scored(contrast_index)
+    return scored(target_index), scored(int(clean.argmax())), contrasted, clean_logits
+
+
+def _embedding_target(
+    model: VitModel, prepared: PreparedImage, target: BoundTarget
+) -> tuple[EmbeddingScore, None, None, None]:
+    """The embedding target with its clean score; no top-1 and no contrast (the forward ends at the embedding)."""
+    with output_of(model, target):
+        score = float(target.score(model.logits(prepared.input[None]))[0])
+    return EmbeddingScore(target.target, score), None, None, None
 
 
 @dataclass(frozen=True)
@@ -304,7 +336,7 @@ def method_maps(
     model: VitModel,
     prepared: PreparedImage,
     methods: Sequence[str],
-    target_index: int,
+    target_index: int | BoundTarget,
     settings: MapSettings,
     on_progress: Callable[[int], None] | None = None,
     clean_logits: Tensor | None = None,
@@ -332,6 +364,11 @@ def method_maps(
     fill, head_fusion, discard_ratio = settings.fill, settings.head_fusion, settings.discard_ratio
     fusion = f"head fusion {head_fusion}, discard ratio {discard_ratio:g}"
     logit = "logit" if contrast is None else f"(logit - logit of class {contrast})"
+    if isinstance(target_index, BoundTarget):
+        logit = target_index.target.unit
+    drop_unit, drop_definition = "drop (percentage points)", "100 x (clean - covered) target probability"
+    if isinstance(target_index, BoundTarget):
+        drop_unit, drop_definition = f"drop ({logit})", f"clean - covered {logit} ({target_index.target.short})"
     recipes = {
         "relevance": lambda: (
             relevance_map(grid, capture.attention, capture.attention_gradients),
@@ -363,8 +400,8 @@ def method_maps(
         ),
         "occlusion": lambda: (
             _occlusion_map(model, prepared, target_index, fill, on_progress),
-            "drop (percentage points)",
-            f"100 x (clean - covered) target probability, each patch alone covered with {fill} fill",
+            drop_unit,
+            f"{drop_definition}, each patch alone covered with {fill} fill",
         ),
     }
     maps = []
@@ -379,7 +416,10 @@ def method_maps(
     return maps, capture.output_difference if capture is not None else None
 
 
-def _occlusion_map(model: VitModel, prepared: PreparedImage, target: int, fill: str, on_progress) -> np.ndarray:
+def _occlusion_map(
+    model: VitModel, prepared: PreparedImage, target: int | BoundTarget, fill: str, on_progress
+) -> np.ndarray:
     size = model.map_grid.patch_size
     windows = SlidingWindows(model.map_grid, size, size)
-    return occlude_patches(model, prepared, windows, str(target), fill, on_progress).drop_grid.double().numpy()
+    followed = target if isinstance(target, BoundTarget) else str(target)
+    return occlude_patches(model, prepared, windows, followed, fill, on_progress).drop_grid.double().numpy()

@@ -10,6 +10,7 @@ from typing import Any
 from vitcli.experiments.explain import Explanation, MapSettings
 from vitcli.experiments.explain_options import AuditOptions
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget
 
 
 def count_audit_work(model: VitModel, methods: list[str], settings: MapSettings, options: AuditOptions) -> int:
@@ -42,15 +43,18 @@ def audit(
     settings: MapSettings,
     options: AuditOptions,
     on_progress: Callable[[int], None] | None = None,
+    embedding: BoundTarget | None = None,
 ) -> Audits:
-    """The asked audits of an explanation's maps (recomputed with the same settings where an audit needs them)."""
+    """The asked audits of an explanation's maps (recomputed with the same settings where an audit needs them);
+    `embedding`: the embedding target the maps explain, if they follow one (sanity's random class needs a class)."""
     audits = Audits()
     maps = [(item.method, item.values) for item in result.maps]
     if options.masks is not None:
         from vitcli.experiments.localisation import localise
 
         audits.localisation = localise(model, prepared, options.masks, maps)
-    target, samples, seed = result.target.index, settings.gradients.samples, settings.gradients.seed
+    target = embedding if embedding is not None else result.target.index
+    samples, seed = settings.gradients.samples, settings.gradients.seed
     if options.robustness:
         from vitcli.experiments.robustness import robustness
 
@@ -66,7 +70,7 @@ def audit(
             dict(maps),
             target,
             seed,
-            clean_probability=result.target.probability,
+            clean_probability=result.target.score if embedding is not None else result.target.probability,
             on_progress=on_progress,
         )
     if options.sanity:

@@ -5,7 +5,8 @@ k patches of that order with the fill, insertion starts from the fully covered i
 target probability is measured at k = floor(s * P / S) patches for s = 0..S (S = steps, P = patches). The area under
 each curve is the trapezoidal area over the fraction k / P from 0 to 1, the unperturbed point included (deletion's
 first, insertion's last). Random orders drawn from a seeded generator give the baseline. Every perturbed copy runs
-through the model's own forward, `model.batch_size` copies at a time.
+through the model's own forward, `model.batch_size` copies at a time. An embedding target (vitcli.targets) is
+measured by its score in place of the probability.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from vitcli.errors import UsageError
 from vitcli.grid import PatchGrid
 from vitcli.model import VitModel
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
+from vitcli.targets import BoundTarget, output_of
 
 DEFINITION = (
     "deletion: patches covered with the fill in order of decreasing map value (ties by patch number), "
@@ -68,7 +70,7 @@ class RandomBaseline:
 
 @dataclass
 class Faithfulness:
-    target: int
+    target: int | str  # the class index, or an embedding target's short description
     clean_probability: float  # the unperturbed image: deletion's first point, insertion's last
     covered_probability: float  # every patch covered: deletion's last point, insertion's first
     steps: int
@@ -76,6 +78,7 @@ class Faithfulness:
     methods: list[MethodCurves]
     random: RandomBaseline | None
     definition: str = DEFINITION
+    measure: str = "probability"  # what the curves follow: the target probability, or an embedding target's score
 
     def ranking(self) -> list[tuple[str, int, int]]:
         """(method, deletion rank, insertion rank) for the maps and the random baseline; rank 1 is most faithful.
@@ -129,7 +132,7 @@ def faithfulness(
     image: Tensor,
     fill: Tensor,
     maps: Mapping[str, np.ndarray],
-    target: int,
+    target: int | BoundTarget,
     options: FaithfulnessOptions,
     on_progress: Callable[[int], None] | None = None,
 ) -> Faithfulness:
@@ -166,6 +169,19 @@ def faithfulness(
     ]
     methods = [MethodCurves(method, (orders[index] + 1).tolist(), *curves[index]) for index, method in enumerate(maps)]
     random = _random_baseline(curves[len(maps) :], fractions, options) if random_orders else None
+    if isinstance(target, BoundTarget):
+        followed, definition = target.target.short, DEFINITION.replace("target probability", target.target.unit)
+        return Faithfulness(
+            followed,
+            clean,
+            fully_covered,
+            options.steps,
+            grid.num_patches,
+            methods,
+            random,
+            definition.replace("probability over", "score over"),
+            target.target.unit,
+        )
     return Faithfulness(target, clean, fully_covered, options.steps, grid.num_patches, methods, random)
 
 
@@ -203,12 +219,17 @@ def perturbed_batches(image: Tensor, fill: Tensor, grid: PatchGrid, jobs: Sequen
 
 
 def _target_probabilities(model, image, fill, jobs, target, on_progress) -> Tensor:
+    """The target probability of each perturbed copy (an embedding target's score instead)."""
     results = []
     batches = perturbed_batches(image, fill, model.map_grid, jobs, model.batch_size)
-    for logits in model.stream(model.image_logits, batches):
-        results.append(logits.softmax(dim=-1)[:, target])
-        if on_progress is not None:
-            on_progress(len(logits))
+    with output_of(model, target):
+        for outputs in model.stream(model.image_logits, batches):
+            if isinstance(target, BoundTarget):
+                results.append(target.score(outputs))
+            else:
+                results.append(outputs.softmax(dim=-1)[:, target])
+            if on_progress is not None:
+                on_progress(len(outputs))
     return torch.cat(results)
 
 

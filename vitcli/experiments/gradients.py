@@ -1,8 +1,9 @@
 """Input-gradient maps: Integrated Gradients, SmoothGrad and gradient x input, summed per patch.
 
-Each differentiates the score s(x) = logit(target) - logit(contrast) (the logit alone without a contrast class) with
-respect to the normalized input pixels, through the model's own (fused) forward, `model.batch_size` copies per
-backward. The pixel attribution (3, H, W) is kept; its patch map is the sum of |attribution| over the patch's pixels
+Each differentiates the score s(x) = logit(target) - logit(contrast) (the logit alone without a contrast class), or
+an embedding target's score of the pooled embedding (vitcli.targets), with respect to the normalized input pixels,
+through the model's own (fused) forward, `model.batch_size` copies per backward.
+The pixel attribution (3, H, W) is kept; its patch map is the sum of |attribution| over the patch's pixels
 and channels, and the signed sum is kept beside it.
 
 - Integrated Gradients (Sundararajan, Taly and Yan, ICML 2017) exactly as captum's `IntegratedGradients` with
@@ -24,6 +25,7 @@ from torch import Tensor
 from vitcli.experiments.explain_options import GradientOptions
 from vitcli.grid import PatchGrid
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, output_of, score_of
 
 PIXEL_METHODS = ("ig", "smoothgrad", "gradient")
 
@@ -57,7 +59,7 @@ def count_backwards(methods: list[str], options: GradientOptions) -> int:
 
 
 def scores_and_gradients(
-    model: VitModel, inputs: Tensor, target: int, contrast: int | None, on_progress=None
+    model: VitModel, inputs: Tensor, target: int | BoundTarget, contrast: int | None, on_progress=None
 ) -> tuple[Tensor, Tensor]:
     """s and ds/dx for each of (B, 3, H, W) normalized inputs, `model.batch_size` at a time; CPU float32."""
     net = model.net
@@ -65,9 +67,8 @@ def scores_and_gradients(
     scores, gradients = [], []
     for chunk in inputs.split(model.batch_size):
         copy = chunk.to(model.device, dtype).clone().requires_grad_(True)
-        with torch.enable_grad():
-            logits = net(copy)
-            score = logits[:, target] - logits[:, contrast] if contrast is not None else logits[:, target]
+        with torch.enable_grad(), output_of(model, target):
+            score = score_of(net(copy), target, contrast)
             # Each image's score depends on its own input alone (eval mode), so the gradient of the sum is each's.
             (gradient,) = torch.autograd.grad(score.sum(), copy)
         scores.append(score.detach().float().cpu())
@@ -93,7 +94,13 @@ def riemann_trapezoid(steps: int) -> tuple[list[float], list[float]]:
 
 
 def integrated_gradients(
-    model: VitModel, image: Tensor, baseline: Tensor, target: int, contrast: int | None, steps: int, on_progress=None
+    model: VitModel,
+    image: Tensor,
+    baseline: Tensor,
+    target: int | BoundTarget,
+    contrast: int | None,
+    steps: int,
+    on_progress=None,
 ) -> tuple[Tensor, Completeness]:
     alphas, weights = riemann_trapezoid(steps)
     difference = image - baseline
@@ -107,7 +114,12 @@ def integrated_gradients(
 
 
 def smoothgrad(
-    model: VitModel, image: Tensor, target: int, contrast: int | None, options: GradientOptions, on_progress=None
+    model: VitModel,
+    image: Tensor,
+    target: int | BoundTarget,
+    contrast: int | None,
+    options: GradientOptions,
+    on_progress=None,
 ) -> Tensor:
     sigma = options.noise * float(image.max() - image.min())
     generator = torch.Generator().manual_seed(options.seed)
@@ -120,7 +132,7 @@ def pixel_attribution(
     model: VitModel,
     prepared: PreparedImage,
     method: str,
-    target: int,
+    target: int | BoundTarget,
     contrast: int | None,
     options: GradientOptions,
     on_progress=None,
@@ -130,6 +142,8 @@ def pixel_attribution(
 
     image = prepared.input
     score = "logit(target)" if contrast is None else f"logit(target) - logit({contrast})"
+    if isinstance(target, BoundTarget):
+        score = f"the {target.target.unit} ({target.target.short})"
     completeness = None
     if method == "ig":
         baseline = fill_image(model, prepared, options.baseline)

@@ -1,5 +1,8 @@
 """Occlusion: cover pixels of the model input with a fill and measure how the target probability falls.
 
+An embedding target (vitcli.targets) is followed the same way with its score in place of the probability: drops
+are then clean - covered score, in the score's own units.
+
 Every cover starts from a fresh copy of the normalized input (`PreparedImage.input`), so covers never accumulate;
 only pixels change, never tokens or the attention. Covered copies are built lazily, one batch at a time, so peak
 memory is bounded by the batch size, not by the number of covers. Drops are 100 x (clean - covered probability)
@@ -21,6 +24,7 @@ from vitcli.errors import UsageError
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, EmbeddingScore, output_of
 
 FILLS = ("gray", "black", "white", "mean", "blur")
 QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
@@ -185,9 +189,9 @@ def resolve_target(model: VitModel, text: str | None, clean: Tensor) -> int:
 @dataclass(frozen=True)
 class CoverOutcome:
     cover: Cover
-    target_probability: float
-    drop: float  # percentage points: 100 x (clean - covered); positive means the probability fell
-    top1: ClassProbability  # of the covered image
+    target_probability: float  # of the covered image; an embedding target's score instead
+    drop: float  # points: 100 x (clean - covered); positive means the probability fell (a score: clean - covered)
+    top1: ClassProbability | None  # of the covered image; None when an embedding target is followed
     top1_changed: bool
 
 
@@ -198,14 +202,24 @@ class Baseline:
     source: ImageSource
     weights: str  # the model weights' label
     fill: str
-    target: ClassProbability
-    top1: ClassProbability
+    target: ClassProbability | EmbeddingScore
+    top1: ClassProbability | None  # None when an embedding target is followed (the forward ends at the embedding)
+    bound: BoundTarget | None = None  # the embedding target being followed
 
 
 def baseline(
-    model: VitModel, prepared: PreparedImage, target: str | None, fill: str, clean_logits: Tensor | None = None
+    model: VitModel,
+    prepared: PreparedImage,
+    target: str | BoundTarget | None,
+    fill: str,
+    clean_logits: Tensor | None = None,
 ) -> Baseline:
     """The clean image's target and top-1; `clean_logits` (classes,) saves the clean forward when already run."""
+    if isinstance(target, BoundTarget):
+        with output_of(model, target):
+            pooled = model.logits(prepared.input.unsqueeze(0))
+        score = EmbeddingScore(target.target, float(target.score(pooled)[0]))
+        return Baseline(prepared.source, model.spec.label, fill, score, None, target)
     if clean_logits is None:
         clean_logits = model.logits(prepared.input.unsqueeze(0))[0]
     clean = clean_logits.softmax(dim=-1)
@@ -233,33 +247,47 @@ def measure_covers(
     Covers that are each exactly one patch are applied to block 1's input rows (one row changes per cover; the
     patch projection runs twice, not once per cover); other covers are painted on the pixels.
     """
+    outcomes = []
+    done = 0
+    with output_of(model, base.bound):
+        for batch_outputs in _covered_outputs(model, image, fill, covers):
+            if base.bound is not None:
+                scores = base.bound.score(batch_outputs)
+                for row, covered in enumerate(scores.tolist()):
+                    outcomes.append(CoverOutcome(covers[done + row], covered, base.target.score - covered, None, False))
+            else:
+                outcomes += _class_outcomes(model, batch_outputs, covers[done:], base)
+            done += len(batch_outputs)
+            if on_batch is not None:
+                on_batch(len(batch_outputs))
+    return outcomes
+
+
+def _covered_outputs(model: VitModel, image: Tensor, fill: Tensor, covers: Sequence[Cover]) -> Iterator[Tensor]:
     if model.embeds_patches_alone and all(cover.patch is not None for cover in covers):
         with torch.inference_mode():
             clean_rows, fill_rows = model.embed(torch.stack([image, fill]).to(model.device)).cpu().split(1)
         batches = covered_row_batches(clean_rows, fill_rows, covers, model.grid, model.batch_size)
-        logits = model.stream(model.rows_logits, batches)
-    else:
-        logits = model.stream(model.image_logits, covered_batches(image, fill, covers, model.batch_size))
+        return model.stream(model.rows_logits, batches)
+    return model.stream(model.image_logits, covered_batches(image, fill, covers, model.batch_size))
+
+
+def _class_outcomes(model: VitModel, logits: Tensor, covers: Sequence[Cover], base: Baseline) -> list[CoverOutcome]:
+    probabilities = logits.softmax(dim=-1)
+    best = probabilities.max(dim=-1)
     outcomes = []
-    done = 0
-    for batch_logits in logits:
-        probabilities = batch_logits.softmax(dim=-1)
-        best = probabilities.max(dim=-1)
-        for row in range(len(probabilities)):
-            covered = float(probabilities[row, base.target.index])
-            top = int(best.indices[row])
-            outcomes.append(
-                CoverOutcome(
-                    covers[done + row],
-                    covered,
-                    100.0 * (base.target.probability - covered),
-                    ClassProbability(top, model.labels[top], float(best.values[row])),
-                    top != base.top1.index,
-                )
+    for row in range(len(probabilities)):
+        covered = float(probabilities[row, base.target.index])
+        top = int(best.indices[row])
+        outcomes.append(
+            CoverOutcome(
+                covers[row],
+                covered,
+                100.0 * (base.target.probability - covered),
+                ClassProbability(top, model.labels[top], float(best.values[row])),
+                top != base.top1.index,
             )
-        done += len(probabilities)
-        if on_batch is not None:
-            on_batch(len(probabilities))
+        )
     return outcomes
 
 
@@ -283,7 +311,11 @@ class QuadrantOcclusion:
 
 
 def occlude_quadrants(
-    model: VitModel, prepared: PreparedImage, target: str | None, fill: str, clean_logits: Tensor | None = None
+    model: VitModel,
+    prepared: PreparedImage,
+    target: str | BoundTarget | None,
+    fill: str,
+    clean_logits: Tensor | None = None,
 ) -> QuadrantOcclusion:
     base = baseline(model, prepared, target, fill, clean_logits)
     covers = quadrant_covers(model.grid)
@@ -369,7 +401,7 @@ def occlude_patches(
     model: VitModel,
     prepared: PreparedImage,
     windows: SlidingWindows,
-    target: str | None,
+    target: str | BoundTarget | None,
     fill: str,
     on_batch: Callable[[int], None] | None = None,
     clean_logits: Tensor | None = None,

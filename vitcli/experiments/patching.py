@@ -1,6 +1,7 @@
 """Activation patching between two images (`vitcli patch CLEAN CORRUPT`), and its first-order estimate.
 
-M = logit(target) - logit(contrast). Run CORRUPT and at one site put back CLEAN's activation: the score
+M = logit(target) - logit(contrast), or an embedding target's score of the pooled embedding (vitcli.targets; every
+forward then ends at the embedding). Run CORRUPT and at one site put back CLEAN's activation: the score
 (M_patched - M_corrupt) / (M_clean - M_corrupt) is 1 when that site alone restores the clean metric and 0 when it
 changes nothing. Patched runs are batched (one row per site) and start at the earliest block a batch patches, from
 CORRUPT's rows entering it (the blocks before are CORRUPT's own run). Attribution patching estimates every site at
@@ -22,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,6 +47,7 @@ from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.jobs import Steps
 from vitcli.model import PreparedImage, VitModel
+from vitcli.targets import BoundTarget, EmbeddingTarget, output_of
 
 KINDS = ("residual", "attention", "mlp", "heads")
 METHODS = ("activation", "attribution")
@@ -98,16 +101,20 @@ class PairRun:
 
     clean: dict[str, Tensor]
     corrupt: dict[str, Tensor]
-    clean_logits: Tensor  # (classes,) float64 on the CPU
+    clean_logits: Tensor  # (classes,) float64 on the CPU; the pooled embedding (D,) for an embedding target
     corrupt_logits: Tensor
-    target: int
-    contrast: int
+    target: int | None  # None for an embedding target
+    contrast: int | None
     target_rule: str  # how the class was chosen: "given", "CLEAN's top-1", ...
     contrast_rule: str
     gradients: dict[str, Tensor] | None
+    embedding: BoundTarget | None = None
 
     def metric(self, logits: Tensor) -> Tensor:
-        """M of each row of (rows, classes) logits, float64."""
+        """M of each row of (rows, classes) logits (pooled embeddings for an embedding target), float64."""
+        if self.embedding is not None:
+            rows = logits.double().reshape(-1, logits.shape[-1])
+            return self.embedding.score(rows).reshape(logits.shape[:-1])
         return logits[..., self.target].double() - logits[..., self.contrast].double()
 
     @property
@@ -146,10 +153,10 @@ class PatchResult:
     grid: PatchGrid
     clean: ImageSide
     corrupt: ImageSide
-    target: int
+    target: int | None  # None for an embedding target
     target_label: str
     target_rule: str
-    contrast: int
+    contrast: int | None
     contrast_label: str
     contrast_rule: str
     methods: list[str]
@@ -157,6 +164,7 @@ class PatchResult:
     patched_forwards: int  # one per site patched by activation (0 for attribution alone)
     pearson: float | None  # over every site of every kind
     spearman: float | None
+    embedding: EmbeddingTarget | None = None  # the embedding target whose score is M
 
     @property
     def m_clean(self) -> float:
@@ -185,27 +193,35 @@ class CorruptForward:
     activations: dict[str, Tensor]
     logits: Tensor  # (1, classes), in the graph when gradients are wanted
     captured: dict[str, Tensor] | None  # site -> activation in the graph (None: no gradients)
-    _gradients: dict[tuple[int, int], dict[str, Tensor]] = field(default_factory=dict)
+    _gradients: dict[tuple[Any, Any], dict[str, Tensor]] = field(default_factory=dict)
+    embedding: BoundTarget | None = None  # the forward ended at the pooled embedding, for this target
 
-    def gradients(self, target: int, contrast: int, depth: int) -> dict[str, Tensor]:
-        """The gradient of CORRUPT's M = logit(target) - logit(contrast) at every site, by kind."""
+    def gradients(self, target: int | None, contrast: int | None, depth: int) -> dict[str, Tensor]:
+        """The gradient of CORRUPT's M = logit(target) - logit(contrast) (the embedding target's score) at every
+        site, by kind."""
         assert self.captured is not None, "CORRUPT's forward was run without gradients"
         if (target, contrast) not in self._gradients:
             with full_float32(), torch.enable_grad():
-                metric = self.logits[0, target] - self.logits[0, contrast]
+                if self.embedding is not None:
+                    metric = self.embedding.score(self.logits)[0]
+                else:
+                    metric = self.logits[0, target] - self.logits[0, contrast]
                 found = torch.autograd.grad(metric, list(self.captured.values()), retain_graph=True)
             self._gradients[target, contrast] = _by_kind(dict(zip(self.captured, found, strict=True)), depth)
         return self._gradients[target, contrast]
 
 
-def corrupt_forward(model: VitModel, corrupt: Tensor, gradients: bool = False) -> CorruptForward:
-    """One forward of CORRUPT's (3, H, W) normalized input capturing every site (with its graph for gradients)."""
+def corrupt_forward(
+    model: VitModel, corrupt: Tensor, gradients: bool = False, embedding: BoundTarget | None = None
+) -> CorruptForward:
+    """One forward of CORRUPT's (3, H, W) normalized input capturing every site (with its graph for gradients);
+    ending at the pooled embedding for an embedding target."""
     refusal = pre_norm_refusal(model.net, model.name)
     if refusal is not None:
         raise UsageError(refusal)
-    with full_float32(), torch.enable_grad() if gradients else torch.inference_mode():
+    with full_float32(), torch.enable_grad() if gradients else torch.inference_mode(), output_of(model, embedding):
         captured, logits = _forward(model, corrupt, gradients)
-    return CorruptForward(_by_kind(captured, model.depth), logits, captured if gradients else None)
+    return CorruptForward(_by_kind(captured, model.depth), logits, captured if gradients else None, embedding=embedding)
 
 
 def run_pair(
@@ -215,25 +231,30 @@ def run_pair(
     target: int | None = None,
     contrast: int | None = None,
     gradients: bool = False,
+    embedding: BoundTarget | None = None,
 ) -> PairRun:
     """One forward of each (3, H, W) normalized input capturing every site (CORRUPT's may be given already run);
     with gradients, one backward of CORRUPT's M. target defaults to CLEAN's top-1; contrast to CORRUPT's top-1, or
-    its second when that is the target."""
+    its second when that is the target. An embedding target's score is M instead (no classes)."""
     if not isinstance(corrupt, CorruptForward):
-        corrupt = corrupt_forward(model, corrupt, gradients)
-    with full_float32(), torch.inference_mode():
+        corrupt = corrupt_forward(model, corrupt, gradients, embedding)
+    with full_float32(), torch.inference_mode(), output_of(model, embedding):
         clean_captured, clean_logits = _forward(model, clean)
     corrupt_logits = corrupt.logits.detach()
-    target, contrast, target_rule, contrast_rule = _classes(
-        clean_logits, corrupt_logits, target, contrast, model.labels
-    )
+    if embedding is not None:
+        target = contrast = None
+        target_rule = contrast_rule = f"{embedding.target.option}: M is its score, no contrast"
+    else:
+        target, contrast, target_rule, contrast_rule = _classes(
+            clean_logits, corrupt_logits, target, contrast, model.labels
+        )
     grads = corrupt.gradients(target, contrast, model.depth) if gradients else None
     return PairRun(
         _by_kind(clean_captured, model.depth),
         corrupt.activations,
         clean_logits[0].detach().double().cpu(),
         corrupt_logits[0].double().cpu(),
-        target, contrast, target_rule, contrast_rule, grads,
+        target, contrast, target_rule, contrast_rule, grads, embedding,
     )  # fmt: skip
 
 
@@ -285,7 +306,7 @@ def patched_metric(
     (sites,) float64 on the CPU, in batches of the model's batch size."""
     net, steps = model.net, steps or Steps()
     values = []
-    with full_float32(), torch.inference_mode():
+    with full_float32(), torch.inference_mode(), output_of(model, pair.embedding):
         for first in range(0, len(sites), model.batch_size):
             batch = sites[first : first + model.batch_size]
             start = min(site.block for site in batch)
@@ -317,20 +338,28 @@ def patch_images(
     contrast: int | None = None,
     steps: Steps | None = None,
     corrupt_run: CorruptForward | None = None,
+    embedding: BoundTarget | None = None,
 ) -> PatchResult:
     """Patch every site of each kind from CLEAN into CORRUPT by the chosen methods (see the module's docstring).
-    corrupt_run: CORRUPT's forward when already run (with gradients if attribution is asked), shared by many CLEANs."""
+    corrupt_run: CORRUPT's forward when already run (with gradients if attribution is asked), shared by many CLEANs.
+    embedding: an embedding target whose score is M (target and contrast are then None)."""
     if target is not None and target == contrast:
         raise UsageError(f"--contrast {contrast} is the --target class: M = logit(target) - logit(contrast) would be 0")
     steps = steps or Steps()
     pair = run_pair(
-        model, clean.input, corrupt_run or corrupt.input, target, contrast, gradients="attribution" in methods
+        model,
+        clean.input,
+        corrupt_run or corrupt.input,
+        target,
+        contrast,
+        gradients="attribution" in methods,
+        embedding=embedding,
     )
     denominator = pair.m_clean - pair.m_corrupt
     if abs(denominator) <= DENOMINATOR_TOLERANCE:
         raise VitcliError(
             f"M_clean = M_corrupt ({pair.m_clean:.6g} vs {pair.m_corrupt:.6g}, difference {denominator:.2g}, at most "
-            f"{DENOMINATOR_TOLERANCE:g}) for target {pair.target} and contrast {pair.contrast}: CORRUPT already gives "
+            f"{DENOMINATOR_TOLERANCE:g}) for {_followed(pair)}: CORRUPT already gives "
             "CLEAN's metric, so (M_patched - M_corrupt) / (M_clean - M_corrupt) is undefined; give two images "
             "(or classes) that differ"
         )
@@ -349,20 +378,29 @@ def patch_images(
             attribution = (attribution_deltas(pair, kind) / denominator).reshape(shape).numpy()
         scores.append(KindScores(kind, activation, attribution, *correlations([activation], [attribution])))
     pearson, spearman = correlations([s.activation for s in scores], [s.attribution for s in scores])
-    return PatchResult(
+    labels = (None, None) if embedding is not None else (model.labels[pair.target], model.labels[pair.contrast])
+    result = PatchResult(
         model.spec.label, model.name, model.grid,
-        _side(model, clean, pair.clean_logits, pair.m_clean),
-        _side(model, corrupt, pair.corrupt_logits, pair.m_corrupt),
-        pair.target, model.labels[pair.target], pair.target_rule,
-        pair.contrast, model.labels[pair.contrast], pair.contrast_rule,
+        _side(model, clean, pair.clean_logits, pair.m_clean, embedding is None),
+        _side(model, corrupt, pair.corrupt_logits, pair.m_corrupt, embedding is None),
+        pair.target, labels[0] or embedding.target.short, pair.target_rule,
+        pair.contrast, labels[1] or "", pair.contrast_rule,
         list(methods), scores, forwards, pearson, spearman,
     )  # fmt: skip
+    result.embedding = None if embedding is None else embedding.target
+    return result
 
 
-def _side(model: VitModel, image: PreparedImage, logits: Tensor, m: float) -> ImageSide:
-    return ImageSide(
-        image.source, image.crop_uint8(), top_classes(logits, logits.softmax(-1), model.labels, TOP_SHOWN), m
-    )
+def _followed(pair: PairRun) -> str:
+    if pair.embedding is not None:
+        return pair.embedding.target.short
+    return f"target {pair.target} and contrast {pair.contrast}"
+
+
+def _side(model: VitModel, image: PreparedImage, logits: Tensor, m: float, classes: bool = True) -> ImageSide:
+    """One image of the pair: its top classes (none when the forward ended at the embedding) and its M."""
+    top = top_classes(logits, logits.softmax(-1), model.labels, TOP_SHOWN) if classes else []
+    return ImageSide(image.source, image.crop_uint8(), top, m)
 
 
 def correlations(

@@ -11,6 +11,10 @@ for the final rows x (tokens, width): direction_r = sum over heads of share * po
 (w_target - w_contrast)) (centring absorbs the LayerNorm's mean subtraction; share 1, or 1/2 for each distilled
 head), constant = sum over heads of share * (beta . (w_target - w_contrast) + b_target - b_contrast). The final
 rows are a sum of components, so each component's term is the same expression applied to it alone.
+
+An embedding target (vitcli.targets) reads the pooled embedding (the head's input) along one vector w instead of
+the head's class rows: w - 0 takes the place of w_target - w_contrast and there is no head bias. Its DLA needs no
+Linear head, so it also runs on headless models.
 """
 
 from __future__ import annotations
@@ -31,12 +35,15 @@ class LinearReadout:
         return float((component.double() * self.directions).sum())
 
 
-def readout_refusal(net: nn.Module, name: str) -> str | None:
-    """Why the head of `net` cannot be made linear this way, or None (works on a meta skeleton)."""
+def readout_refusal(net: nn.Module, name: str, head: bool = True) -> str | None:
+    """Why the head of `net` (head=False: its pooled embedding) cannot be made linear this way, or None (works on a
+    meta skeleton)."""
     if getattr(net, "attn_pool", None) is not None or net.global_pool not in ("token", "avg"):
         return f"{name} pools with {net.global_pool!r}; attribution follows heads that read the CLS row or the mean"
     heads = [net.head] + ([net.head_dist] if hasattr(net, "head_dist") else [])
-    if type(net.head_drop) not in (nn.Dropout, nn.Identity) or not all(isinstance(head, nn.Linear) for head in heads):
+    if type(net.head_drop) not in (nn.Dropout, nn.Identity):
+        return f"{name}'s classifier head is not one Linear layer"
+    if head and not all(isinstance(module, nn.Linear) for module in heads):
         return f"{name}'s classifier head is not one Linear layer"
     norms = [module for module in (net.norm, net.fc_norm) if not isinstance(module, nn.Identity)]
     if len(norms) > 1 or any(not isinstance(module, nn.LayerNorm) for module in norms):
@@ -60,17 +67,23 @@ def _heads(net: nn.Module, tokens: int) -> list[tuple[float, Tensor, nn.Linear]]
     return [(1.0, pool, net.head)]
 
 
-def linear_readout(net: nn.Module, final_rows: Tensor, target: int, contrast: int | None) -> LinearReadout:
-    """The readout for one image, from its (tokens, width) rows leaving the last block."""
+def linear_readout(
+    net: nn.Module, final_rows: Tensor, target: int | None, contrast: int | None, vector: Tensor | None = None
+) -> LinearReadout:
+    """The readout for one image, from its (tokens, width) rows leaving the last block: of the target class's logit
+    (minus the contrast's), or with `vector` (width,) of the pooled embedding's dot product with it."""
     rows = final_rows.double().cpu()
     norm = next((module for module in (net.norm, net.fc_norm) if isinstance(module, nn.LayerNorm)), None)
     directions = torch.zeros_like(rows)
     constant = 0.0
     for share, pool, head in _heads(net, rows.shape[0]):
-        weight = head.weight.detach().double().cpu()
-        bias = head.bias.detach().double().cpu() if head.bias is not None else torch.zeros(weight.shape[0])
-        classes = weight[target] - (weight[contrast] if contrast is not None else 0.0)
-        constant += share * float(bias[target] - (bias[contrast] if contrast is not None else 0.0))
+        if vector is not None:  # the pooled embedding read along one vector: no head, no bias
+            classes = vector.double().cpu()
+        else:
+            weight = head.weight.detach().double().cpu()
+            bias = head.bias.detach().double().cpu() if head.bias is not None else torch.zeros(weight.shape[0])
+            classes = weight[target] - (weight[contrast] if contrast is not None else 0.0)
+            constant += share * float(bias[target] - (bias[contrast] if contrast is not None else 0.0))
         if norm is None:
             directions += share * pool[:, None] * classes
             continue

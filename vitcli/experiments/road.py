@@ -32,6 +32,7 @@ from torch import Tensor
 
 from vitcli.experiments.faithfulness import pixel_mask
 from vitcli.model import VitModel
+from vitcli.targets import BoundTarget, output_of
 
 PERCENTS = tuple(range(10, 100, 10))
 NOISE = 0.01
@@ -134,11 +135,13 @@ def removed_patches(values: np.ndarray, patch_pixels: int, percent: int) -> tupl
 
 def removal_masks(model: VitModel, values: np.ndarray, percents: Sequence[int]) -> list[tuple[Tensor, Tensor]]:
     """(MoRF, LeRF) pixel masks of the removed patches at each percent."""
-    patch_pixels = model.grid.patch_size**2
+    patch_pixels = model.map_grid.patch_size**2
     masks = []
     for percent in percents:
         most, least = removed_patches(values, patch_pixels, percent)
-        masks.append((pixel_mask(model.grid, torch.from_numpy(most)), pixel_mask(model.grid, torch.from_numpy(least))))
+        masks.append(
+            (pixel_mask(model.map_grid, torch.from_numpy(most)), pixel_mask(model.map_grid, torch.from_numpy(least)))
+        )
     return masks
 
 
@@ -146,15 +149,16 @@ def road(
     model: VitModel,
     image: Tensor,
     maps: Mapping[str, np.ndarray],
-    target: int,
+    target: int | BoundTarget,
     seed: int,
     percents: Sequence[int] = PERCENTS,
     clean_probability: float | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> Road:
-    """MoRF and LeRF curves of each (rows, cols) map for one (3, H, W) normalized image."""
+    """MoRF and LeRF curves of each (rows, cols) map for one (3, H, W) normalized image; an embedding target's
+    score (vitcli.targets) takes the probability's place."""
     imputed, counts = [], []
-    patch_pixels = model.grid.patch_size**2
+    patch_pixels = model.map_grid.patch_size**2
     for values in maps.values():
         for most, least in removal_masks(model, values, percents):
             for removed in (most, least):
@@ -162,16 +166,23 @@ def road(
                 counts.append(int(removed.sum()) // patch_pixels)
     probabilities = []
     batches = torch.stack(imputed).split(model.batch_size)
-    for logits in model.stream(model.image_logits, batches):
-        probabilities.append(logits.softmax(dim=-1)[:, target])
-        if on_progress is not None:
-            on_progress(len(logits))
+    with output_of(model, target):
+        for outputs in model.stream(model.image_logits, batches):
+            probabilities.append(_measure(outputs, target))
+            if on_progress is not None:
+                on_progress(len(outputs))
     curves = torch.cat(probabilities).double().numpy().reshape(len(maps), len(percents), 2)
     removed = np.array(counts).reshape(len(maps), len(percents), 2)
     if clean_probability is None:
-        clean_probability = float(model.logits(image[None])[0].softmax(dim=-1)[target])
+        with output_of(model, target):
+            clean_probability = float(_measure(model.logits(image[None]), target)[0])
     methods = [
         MethodRoad(method, curves[index, :, 0], curves[index, :, 1], *(removed[index].T.tolist()))
         for index, method in enumerate(maps)
     ]
     return Road(list(percents), seed, NOISE, clean_probability, methods)
+
+
+def _measure(outputs: Tensor, target: int | BoundTarget) -> Tensor:
+    """The target probability of each output row, or an embedding target's score of pooled embeddings."""
+    return target.score(outputs) if isinstance(target, BoundTarget) else outputs.softmax(dim=-1)[:, target]

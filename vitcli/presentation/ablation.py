@@ -10,6 +10,7 @@ from rich.table import Table
 
 from vitcli.experiments.ablation import HEAD, AblationResult, AblationSpreads
 from vitcli.render import weights_caption
+from vitcli.targets import EmbeddingScore
 
 SUBLAYERS = ("attn", "mlp")
 _LABEL_BOX = {"facecolor": "white", "alpha": 0.6, "pad": 0.5, "linewidth": 0}  # readable on any cell colour
@@ -24,10 +25,14 @@ def _definition(mode: str, reference: str) -> str:
 
 
 def _class_text(chosen: Any) -> str:
+    if isinstance(chosen, EmbeddingScore):
+        return f"{chosen.label} ({chosen.target.unit})"
     return f"{chosen.index} {chosen.label.split(',')[0]}"
 
 
 def table(result: AblationResult) -> Table:
+    if isinstance(result.target, EmbeddingScore):
+        return _embedding_table(result)
     view = Table(
         title=(
             f"{result.source.display_path}\nablating for {_class_text(result.target)} "
@@ -50,6 +55,19 @@ def table(result: AblationResult) -> Table:
     return view
 
 
+def _embedding_table(result: AblationResult) -> Table:
+    view = Table(
+        title=f"{result.source.display_path}\nablating for {_class_text(result.target)} (clean score "
+        f"{result.clean_logit:.4g})",
+        caption=f"{_definition(result.mode, result.reference)}\n{weights_caption(result.weights_label)}",
+    )
+    for column in ("ablated", "score", "score change"):
+        view.add_column(column, justify="right")
+    for outcome in result.outcomes:
+        view.add_row(outcome.ablation.label, f"{outcome.target_logit:.4g}", f"{outcome.logit_change:+.4g}")
+    return view
+
+
 def _site_columns(ablation: Any) -> dict[str, Any]:
     return {
         "ablated": ablation.label,
@@ -60,6 +78,18 @@ def _site_columns(ablation: Any) -> dict[str, Any]:
 
 
 def rows(result: AblationResult) -> list[dict[str, Any]]:
+    if isinstance(result.target, EmbeddingScore):
+        return [
+            {
+                **_site_columns(outcome.ablation),
+                "mode": result.mode,
+                "target": result.target.label,
+                "clean_score": result.clean_logit,
+                "ablated_score": outcome.target_logit,
+                "score_change": outcome.logit_change,
+            }
+            for outcome in result.outcomes
+        ]
     return [
         {
             **_site_columns(outcome.ablation),
@@ -86,14 +116,23 @@ def document(result: AblationResult) -> dict[str, Any]:
         "mode": result.mode,
         "reference": result.reference,
         "model": {"blocks": result.depth, "heads": result.num_heads},
-        "target": {
-            "class_index": result.target.index,
-            "label": result.target.label,
-            "clean_logit": result.clean_logit,
-            "clean_probability": result.target.probability,
-        },
-        "clean_top1": {"class_index": result.clean_top1.index, "label": result.clean_top1.label},
+        "target": _target_json(result),
+        "clean_top1": None
+        if result.clean_top1 is None
+        else {"class_index": result.clean_top1.index, "label": result.clean_top1.label},
         "ablations": [{key: value for key, value in row.items() if key != "top1_label"} for row in rows(result)],
+    }
+
+
+def _target_json(result: AblationResult) -> dict[str, Any]:
+    if isinstance(result.target, EmbeddingScore):
+        return result.target.to_json()
+    return {
+        "kind": "class",
+        "class_index": result.target.index,
+        "label": result.target.label,
+        "clean_logit": result.clean_logit,
+        "clean_probability": result.target.probability,
     }
 
 
@@ -148,7 +187,7 @@ def figure(result: AblationResult) -> Any:
         [outcome.logit_change for outcome in outcomes],
         result.depth,
         result.num_heads,
-        "change of the target logit",
+        "change of the target score" if isinstance(result.target, EmbeddingScore) else "change of the target logit",
     )
     figures.title(
         fig,
@@ -161,7 +200,9 @@ def figure(result: AblationResult) -> Any:
 def summary(result: AblationResult) -> dict[str, Any]:
     strongest = min(result.outcomes, key=lambda outcome: outcome.logit_change)
     return {
-        "ablate_target_class": result.target.index,
+        "ablate_target_class": result.target.label
+        if isinstance(result.target, EmbeddingScore)
+        else result.target.index,
         "ablate_largest_drop": strongest.ablation.label,
         "ablate_largest_drop_logit_change": strongest.logit_change,
         "ablate_top1_changes": sum(outcome.top1_changed for outcome in result.outcomes),
@@ -177,13 +218,13 @@ def spread_table(spread: AblationSpreads) -> Table:
         title=f"{spread.mode}-ablation over {images} images (each image's own target)",
         caption=f"{_definition(spread.mode, spread.reference)}\n{weights_caption(spread.weights_label)}",
     )
-    for column in ("ablated", "mean logit change", "mean p change", "top-1 changed"):
+    for column in ("ablated", f"mean {spread.measure} change", "mean p change", "top-1 changed"):
         view.add_column(column, justify="right")
     for item in spread.spreads:
         view.add_row(
             item.ablation.label,
             f"{item.mean_logit_change:+.4g}",
-            f"{item.mean_probability_change:+.4g}",
+            "" if item.mean_probability_change is None else f"{item.mean_probability_change:+.4g}",
             f"{item.top1_changed_fraction:.0%}",
         )
     return view
@@ -222,7 +263,7 @@ def spread_figure(spread: AblationSpreads) -> Any:
         [item.mean_logit_change for item in spread.spreads],
         spread.depth,
         spread.num_heads,
-        "mean change of the target logit",
+        f"mean change of the target {spread.measure}",
         notes=[f"{item.top1_changed_fraction:.0%}" if item.top1_changed_fraction else "" for item in spread.spreads],
     )
     images = spread.spreads[0].images

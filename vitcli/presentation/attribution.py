@@ -18,16 +18,26 @@ from vitcli.experiments.attribution import (
     Term,
 )
 from vitcli.render import weights_caption
+from vitcli.targets import EmbeddingScore
 
 DEFINITION = (
     "metric = target logit (minus the contrast's); final rows = embedding + every block's attention and MLP outputs "
     "(layer scale applied) and attention = sum of heads + bias; with the final LayerNorm's scale frozen at this "
     "image's value, metric = sum of terms + constant (LayerNorm bias and head bias)"
 )
+# What an embedding target's metric reads (vitcli.experiments.attribution): the terms add up to its score.
+EMBEDDING_READOUT = {
+    "image": "pooled embedding . (REF's embedding / |REF's embedding|) / |pooled embedding|, the image's embedding "
+    "norm frozen at its value: the cosine similarity",
+    "direction": "pooled embedding . direction",
+    "feature": "pooled embedding . unit vector of the feature",
+}
 SHOWN_TOKENS = 12  # the table's share of --by token: the largest source-token terms
 
 
 def _metric_text(result: AttributionResult) -> str:
+    if isinstance(result.target, EmbeddingScore):
+        return f"{result.target.target.unit} ({result.target.label})"
     target = f"{result.target.index} {result.target.label.split(',')[0]}"
     if result.contrast is None:
         return f"logit of {target}"
@@ -100,7 +110,7 @@ def rows(result: AttributionResult) -> list[dict[str, Any]]:
             "head": term.head,
             "token": term.token,
             "token_name": None if term.token is None else result.token_names[term.token],
-            "target_class": result.target.index,
+            "target_class": _target_cell(result),
             "contrast_class": None if result.contrast is None else result.contrast.index,
             "term": term.value,
         }
@@ -112,7 +122,9 @@ def document(result: AttributionResult) -> dict[str, Any]:
     def described(chosen: Any) -> dict[str, Any] | None:
         if chosen is None:
             return None
-        return {"class_index": chosen.index, "label": chosen.label, "probability": chosen.probability}
+        if isinstance(chosen, EmbeddingScore):
+            return {**chosen.to_json(), "readout": EMBEDDING_READOUT[chosen.kind]}
+        return {"kind": "class", "class_index": chosen.index, "label": chosen.label, "probability": chosen.probability}
 
     return {
         "weights": result.weights_label,
@@ -161,7 +173,7 @@ def _block_figure(result: AttributionResult) -> Any:
     bars.axhline(0, color="black", linewidth=0.6)
     bars.set_xticks(range(depth + 1), ["emb", *(str(block) for block in blocks)])
     bars.set_xlabel("block (counting from 1)")
-    bars.set_ylabel("term (logit units)")
+    bars.set_ylabel(f"term ({_units(result)})")
     bars.legend(fontsize=8)
     bars.set_title(_check_text(result), fontsize=8)
     image = figures.blocks_map(heat, result.head_terms)
@@ -198,16 +210,25 @@ def _token_figure(result: AttributionResult) -> Any:
         panel.set_title(f"block {result.block} head {head + 1}: sum {values[head].sum():.3g}\n{named}", fontsize=8)
     for panel in panels[heads:]:
         panel.set_visible(False)
-    fig.colorbar(mappable, ax=panels, shrink=0.8, label="term through the head (logit units)")
+    fig.colorbar(mappable, ax=panels, shrink=0.8, label=f"term through the head ({_units(result)})")
     return fig
 
 
 def summary(result: AttributionResult) -> dict[str, Any]:
     largest = max(result.terms, key=lambda term: abs(term.value))
     return {
-        "attribute_target_class": result.target.index,
+        "attribute_target_class": _target_cell(result),
         "attribute_metric": result.model_metric,
         "attribute_abs_difference": result.difference,
         "attribute_largest_component": component_name(largest, result.token_names),
         "attribute_largest_term": largest.value,
     }
+
+
+def _target_cell(result: AttributionResult) -> int | str:
+    """A CSV cell naming the target: the class index, or the embedding target in a few words."""
+    return result.target.label if isinstance(result.target, EmbeddingScore) else result.target.index
+
+
+def _units(result: AttributionResult) -> str:
+    return f"{result.target.target.unit} units" if isinstance(result.target, EmbeddingScore) else "logit units"

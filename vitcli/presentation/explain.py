@@ -25,6 +25,7 @@ from vitcli.presentation.explain_audit import (
     completeness_text,
 )
 from vitcli.render import weights_caption
+from vitcli.targets import EmbeddingScore
 
 TOP_PATCHES = 5
 
@@ -38,6 +39,8 @@ def top_patches(grid: PatchGrid, values: np.ndarray, count: int) -> list[tuple[i
 
 def _target_text(result: Explanation) -> str:
     target, contrast = result.target, result.contrast
+    if isinstance(target, EmbeddingScore):
+        return f"{target.label} (clean {target.target.unit} {target.score:.4g})"
     text = f"{target.index} {target.label.split(',')[0]} (clean p {target.probability:.4g})"
     if contrast is not None:
         text += f" rather than {contrast.index} {contrast.label.split(',')[0]} (clean p {contrast.probability:.4g})"
@@ -138,7 +141,7 @@ def rows(result: Explanation) -> list[dict[str, Any]]:
             row, col = result.grid.position(patch)
             table_rows.append(
                 {
-                    "target_class": result.target.index,
+                    "target_class": _target_column(result.target),
                     "method": item.method,
                     "patch": f"P{patch}",
                     "token": result.grid.token_of_patch(patch),
@@ -168,6 +171,7 @@ def curve_rows(result: Explanation) -> list[dict[str, Any]]:
     return [
         {
             "target_class": curves.target,
+            "measure": curves.measure,
             "method": method,
             "curve": kind,
             "step": step,
@@ -204,7 +208,7 @@ def document(result: Explanation, top: int = TOP_PATCHES) -> dict[str, Any]:
     body: dict[str, Any] = {
         "weights": result.weights_label,
         "target": _class_json(result.target),
-        "clean_top1": _class_json(result.top1),
+        "clean_top1": None if result.top1 is None else _class_json(result.top1),
         "contrast": None if result.contrast is None else _class_json(result.contrast),
         "block": result.block,
         "fill": result.fill,
@@ -228,8 +232,15 @@ def document(result: Explanation, top: int = TOP_PATCHES) -> dict[str, Any]:
     return body
 
 
-def _class_json(score: ClassProbability) -> dict[str, Any]:
-    return {"class_index": score.index, "label": score.label, "probability": score.probability}
+def _class_json(score: ClassProbability | EmbeddingScore) -> dict[str, Any]:
+    if isinstance(score, EmbeddingScore):
+        return score.to_json()
+    return {"kind": "class", "class_index": score.index, "label": score.label, "probability": score.probability}
+
+
+def _target_column(score: ClassProbability | EmbeddingScore) -> int | str:
+    """A CSV cell naming the target: the class index, or the embedding target in a few words."""
+    return score.label if isinstance(score, EmbeddingScore) else score.index
 
 
 def _map_json(grid: PatchGrid, item: MethodMap, top: int) -> dict[str, Any]:
@@ -249,6 +260,7 @@ def _faithfulness_json(curves: Faithfulness) -> dict[str, Any]:
 
     body: dict[str, Any] = {
         "definition": curves.definition,
+        "measure": curves.measure,
         "steps": curves.steps,
         "patches": curves.patches,
         "clean_probability": curves.clean_probability,
@@ -347,7 +359,8 @@ def _draw_curves(part: Any, result: Explanation) -> None:
         moved = "covered" if kind == "deletion" else "revealed"
         better = "lower" if kind == "deletion" else "higher"
         panel.set_xlabel(f"fraction of patches {moved} ({result.fill} fill), most relevant first")
-        panel.set_ylabel(f"probability of class {curves.target}")
+        followed = f"class {curves.target}" if curves.measure == "probability" else str(curves.target)
+        panel.set_ylabel(f"{curves.measure} of {followed}")
         panel.set_title(f"{kind}: {better} AUC is better", fontsize=10)
         panel.set_xlim(0, 1)
         panel.legend(fontsize=7)
@@ -363,8 +376,8 @@ def _draw_curves(part: Any, result: Explanation) -> None:
 
 def summary(result: Explanation) -> dict[str, Any]:
     values: dict[str, Any] = {
-        "explain_target_class": result.target.index,
-        "explain_target_probability": result.target.probability,
+        "explain_target_class": _target_column(result.target),
+        "explain_target_probability": getattr(result.target, "probability", None),
     }
     for item in result.maps:
         best = top_patches(result.grid, item.values, 1)

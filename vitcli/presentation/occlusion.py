@@ -2,7 +2,9 @@
 windows (`PatchOcclusion`).
 
 `table`, `rows`, `document`, `figure` and `summary` accept either result; `drop_grid_text` is the sliding windows'
-drop grid as CSV text, one grid row per line.
+drop grid as CSV text, one grid row per line. An embedding target (vitcli.targets) shows its score where a class
+shows its probability, and its drop in the score's units where a class drops in percentage points (the JSON's
+`drop_unit` says which; its keys keep their names).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from vitcli.experiments.occlusion import (
     QuadrantOcclusion,
 )
 from vitcli.render import weights_caption
+from vitcli.targets import EmbeddingScore
 
 STRONGEST_SHOWN = 5  # covers listed in the sliding windows' table
 
@@ -38,13 +41,14 @@ def table(result: Any) -> Any:
 def _quadrant_table(result: QuadrantOcclusion) -> Table:
     base = result.base
     quadrants = Table(
-        title=f"{base.source.display_path}\n{base.fill} quadrants, target {_short(base.target)}; * = top-1 changed",
+        title=f"{base.source.display_path}\n{base.fill} quadrants, target {_short(base.target)}{_top1_note(base)}",
         caption=weights_caption(base.weights),
     )
-    for column in ("region", "box l,t,r,b", "target p", "drop (pts)", "top-1 after", "max"):
+    value, drop = _value_heads(base)
+    for column in ("region", "box l,t,r,b", value, drop, "top-1 after", "max"):
         quadrants.add_column(
             column,
-            justify="right" if column in ("target p", "drop (pts)") else "left",
+            justify="right" if column in (value, drop) else "left",
             no_wrap=column == "box l,t,r,b",
         )
     largest = result.largest
@@ -72,27 +76,30 @@ def _patch_table(result: PatchOcclusion) -> Group:
     )
     facts.add_column("quantity")
     facts.add_column("value")
-    facts.add_row("largest drop (points)", f"{_points(largest.drop)} at {_where(largest.cover)}")
+    facts.add_row(f"largest {_value_heads(base)[1]}", f"{_points(largest.drop)} at {_where(largest.cover)}")
     facts.add_row(
         "covers lowering / raising / not changing it", f"{counts.lowered} / {counts.raised} / {counts.unchanged}"
     )
     facts.add_row(
-        "target p under a cover: min .. max",
+        f"{_value_heads(base)[0]} under a cover: min .. max",
         f"{counts.min_covered_probability:.6f} .. {counts.max_covered_probability:.6f}",
     )
     facts.add_row(
         "top-1 changed",
         f"yes, by {counts.top1_changed_covers} covers"
         if counts.top1_changed_covers
+        else "not followed: the forward ends at the embedding"
+        if base.top1 is None
         else f"no: stays {_short(base.top1)}",
     )
     if result.uncovered_pixels:
         facts.add_row("pixels no window reaches", str(result.uncovered_pixels))
-    strongest = Table(title="largest drops (* = top-1 changed)")
-    for column in ("cover", "row", "col", "box l,t,r,b", "target p", "drop (pts)", "top-1 after"):
+    strongest = Table(title=f"largest drops{_top1_note(base)}")
+    value, drop = _value_heads(base)
+    for column in ("cover", "row", "col", "box l,t,r,b", value, drop, "top-1 after"):
         strongest.add_column(
             column,
-            justify="right" if column in ("row", "col", "target p", "drop (pts)") else "left",
+            justify="right" if column in ("row", "col", value, drop) else "left",
             no_wrap=column == "box l,t,r,b",
         )
     for outcome in sorted(result.outcomes, key=lambda outcome: outcome.drop, reverse=True)[:STRONGEST_SHOWN]:
@@ -123,7 +130,11 @@ def _quadrant_rows(result: QuadrantOcclusion) -> list[dict[str, Any]]:
         {
             **_row_prefix(result.base),
             "region": outcome.cover.name,
-            **{key: value for key, value in _outcome_fields(outcome).items() if key not in ("cover", "patch")},
+            **{
+                key: value
+                for key, value in _outcome_fields(outcome, result.base).items()
+                if key not in ("cover", "patch")
+            },
             "largest_drop": outcome is largest,
             "fill": result.base.fill,
         }
@@ -134,7 +145,7 @@ def _quadrant_rows(result: QuadrantOcclusion) -> list[dict[str, Any]]:
 @rows.register
 def _patch_rows(result: PatchOcclusion) -> list[dict[str, Any]]:
     return [
-        {**_row_prefix(result.base), **_outcome_fields(outcome), "fill": result.base.fill}
+        {**_row_prefix(result.base), **_outcome_fields(outcome, result.base), "fill": result.base.fill}
         for outcome in result.outcomes
     ]
 
@@ -156,8 +167,9 @@ def document(result: Any) -> dict[str, Any]:
 def _quadrant_document(result: QuadrantOcclusion) -> dict[str, Any]:
     return {
         **_baseline_json(result.base),
+        "drop_unit": _drop_unit(result.base),
         "largest_drop_region": result.largest.cover.name,
-        "quadrants": [_outcome_fields(outcome) for outcome in result.outcomes],
+        "quadrants": [_outcome_fields(outcome, result.base) for outcome in result.outcomes],
     }
 
 
@@ -166,10 +178,11 @@ def _patch_document(result: PatchOcclusion) -> dict[str, Any]:
     windows = result.windows
     return {
         **_baseline_json(result.base),
+        "drop_unit": _drop_unit(result.base),
         "window": {"size": windows.size, "stride": windows.stride, "rows": windows.rows, "cols": windows.cols},
         "summary": _patch_facts(result),
         "drop_grid_points": result.drop_grid.tolist(),
-        "covers": [_outcome_fields(outcome) for outcome in result.outcomes],
+        "covers": [_outcome_fields(outcome, result.base) for outcome in result.outcomes],
     }
 
 
@@ -206,8 +219,8 @@ def summary(result: Any) -> dict[str, Any]:
 def _quadrant_summary(result: QuadrantOcclusion) -> dict[str, Any]:
     largest = result.largest
     return {
-        "quadrants_target_class": result.base.target.index,
-        "quadrants_clean_probability": result.base.target.probability,
+        "quadrants_target_class": _target_cell(result.base.target),
+        "quadrants_clean_probability": _clean_value(result.base.target),
         "quadrants_largest_drop_region": largest.cover.name,
         "quadrants_largest_drop_points": largest.drop,
         "quadrants_top1_changed": any(outcome.top1_changed for outcome in result.outcomes),
@@ -218,8 +231,8 @@ def _quadrant_summary(result: QuadrantOcclusion) -> dict[str, Any]:
 def _patch_summary(result: PatchOcclusion) -> dict[str, Any]:
     largest = result.largest
     return {
-        "occlusion_target_class": result.base.target.index,
-        "occlusion_clean_probability": result.base.target.probability,
+        "occlusion_target_class": _target_cell(result.base.target),
+        "occlusion_clean_probability": _clean_value(result.base.target),
         "occlusion_largest_drop_cover": largest.cover.name,
         "occlusion_largest_drop_points": largest.drop,
         "occlusion_lowered": result.counts.lowered,
@@ -252,21 +265,22 @@ def _quadrant_figure(result: QuadrantOcclusion) -> Any:
         panel.set_xticks([])
         panel.set_yticks([])
     show_crop(clean, result.crop)
-    clean.set_title(f"clean: p = {base.target.probability:.4g}", fontsize=11)
+    symbol = "score" if isinstance(base.target, EmbeddingScore) else "p"
+    clean.set_title(f"clean: {symbol} = {_clean_value(base.target):.4g}", fontsize=11)
     largest = result.largest
     for panel, outcome, covered in zip(quadrants, result.outcomes, result.covered_crops, strict=True):
         show_crop(panel, covered)
         outline(panel, outcome.cover.box)
         marker = "\nlargest drop" if outcome is largest else ""
         panel.set_title(
-            f"{outcome.cover.name}: p = {outcome.target_probability:.3g}\ndrop {_points(outcome.drop)} pts{marker}",
+            f"{outcome.cover.name}: {symbol} = {outcome.target_probability:.3g}\n"
+            f"drop {_points(outcome.drop)}{'' if symbol == 'score' else ' pts'}{marker}",
             fontsize=9,
             fontweight="bold" if outcome is largest else "normal",
         )
     title(
         fig,
-        f"{base.source.display_name}: probability of {base.target.index} {_first_name(base.target)}\n"
-        f"with each quadrant covered ({base.fill} fill)",
+        f"{base.source.display_name}: {_measure(base.target)}\nwith each quadrant covered ({base.fill} fill)",
         base.weights,
     )
     return fig
@@ -291,10 +305,15 @@ def _patch_figure(result: PatchOcclusion) -> Any:
         f"(row {largest.cover.row}, col {largest.cover.col})\n{_points(largest.drop)} points",
         fontsize=9,
     )
-    fig.colorbar(mappable, ax=panels, shrink=0.8, pad=0.03, label="drop in percentage points (red: probability fell)")
+    unit = (
+        f"drop in {base.target.target.unit} (red: it fell)"
+        if isinstance(base.target, EmbeddingScore)
+        else "drop in percentage points (red: probability fell)"
+    )
+    fig.colorbar(mappable, ax=panels, shrink=0.8, pad=0.03, label=unit)
     title(
         fig,
-        f"{base.source.display_name}: drop in probability of {base.target.index} {_first_name(base.target)} "
+        f"{base.source.display_name}: drop in {_measure(base.target)} "
         f"({len(result.outcomes)} covers {windows.size}x{windows.size} px, stride {windows.stride}, {base.fill} fill)",
         base.weights,
     )
@@ -305,10 +324,13 @@ def _patch_figure(result: PatchOcclusion) -> Any:
 
 
 def _baseline_json(base: Baseline) -> dict[str, Any]:
+    if isinstance(base.target, EmbeddingScore):
+        return {"weights": base.weights, "fill": base.fill, "target": base.target.to_json(), "clean_top1": None}
     return {
         "weights": base.weights,
         "fill": base.fill,
         "target": {
+            "kind": "class",
             "class_index": base.target.index,
             "label": base.target.label,
             "clean_probability": base.target.probability,
@@ -318,6 +340,8 @@ def _baseline_json(base: Baseline) -> dict[str, Any]:
 
 
 def _row_prefix(base: Baseline) -> dict[str, Any]:
+    if isinstance(base.target, EmbeddingScore):
+        return {"target_kind": base.target.kind, "target_label": base.target.label, "clean_score": base.target.score}
     return {
         "target_class": base.target.index,
         "target_label": base.target.label,
@@ -325,8 +349,21 @@ def _row_prefix(base: Baseline) -> dict[str, Any]:
     }
 
 
-def _outcome_fields(outcome: CoverOutcome) -> dict[str, Any]:
+def _outcome_fields(outcome: CoverOutcome, base: Baseline) -> dict[str, Any]:
     left, top, right, bottom = outcome.cover.box
+    if isinstance(base.target, EmbeddingScore):  # no class is read: the forward ends at the embedding
+        return {
+            "cover": outcome.cover.name,
+            "patch": f"P{outcome.cover.patch}" if outcome.cover.patch else "",
+            "row": outcome.cover.row,
+            "col": outcome.cover.col,
+            "left": left,
+            "top": top,
+            "right": right,
+            "bottom": bottom,
+            "target_score": outcome.target_probability,
+            "drop": outcome.drop,
+        }
     return {
         "cover": outcome.cover.name,
         "patch": f"P{outcome.cover.patch}" if outcome.cover.patch else "",
@@ -349,8 +386,40 @@ def _first_name(score: ClassProbability) -> str:
     return score.label.split(",")[0]
 
 
-def _short(score: ClassProbability) -> str:
+def _short(score: ClassProbability | EmbeddingScore) -> str:
+    if isinstance(score, EmbeddingScore):
+        return f"{score.label} ({score.target.unit} {score.score:.4f})"
     return f"{score.index} {_first_name(score)} ({score.probability:.4f})"
+
+
+def _measure(score: ClassProbability | EmbeddingScore) -> str:
+    """What the covers move, in words: the class's probability or the embedding target's score."""
+    if isinstance(score, EmbeddingScore):
+        return f"{score.target.unit}, {score.label}"
+    return f"probability of {score.index} {_first_name(score)}"
+
+
+def _value_heads(base: Baseline) -> tuple[str, str]:
+    """The table's column heads of the covered value and of the drop."""
+    return ("target score", "drop") if isinstance(base.target, EmbeddingScore) else ("target p", "drop (pts)")
+
+
+def _drop_unit(base: Baseline) -> str:
+    if isinstance(base.target, EmbeddingScore):
+        return f"{base.target.target.unit}: clean - covered score"
+    return "percentage points: 100 x (clean - covered probability)"
+
+
+def _top1_note(base: Baseline) -> str:
+    return "" if base.top1 is None else "; * = top-1 changed"
+
+
+def _target_cell(score: ClassProbability | EmbeddingScore) -> int | str:
+    return score.label if isinstance(score, EmbeddingScore) else score.index
+
+
+def _clean_value(score: ClassProbability | EmbeddingScore) -> float:
+    return score.score if isinstance(score, EmbeddingScore) else score.probability
 
 
 def _box_text(box: tuple[int, int, int, int]) -> str:
@@ -358,6 +427,8 @@ def _box_text(box: tuple[int, int, int, int]) -> str:
 
 
 def _top1_after(outcome: CoverOutcome) -> str:
+    if outcome.top1 is None:
+        return ""
     return f"{outcome.top1.index} {_first_name(outcome.top1)}" + ("*" if outcome.top1_changed else "")
 
 

@@ -20,6 +20,8 @@ def _short(label: str) -> str:
 
 
 def metric_text(result: PatchResult) -> str:
+    if result.embedding is not None:
+        return f"M = {result.embedding.unit} ({result.embedding.short}): {result.embedding.definition}"
     return (
         f"M = logit({result.target} {_short(result.target_label)}) - logit({result.contrast} "
         f"{_short(result.contrast_label)}); target: {result.target_rule}; contrast: {result.contrast_rule}"
@@ -63,12 +65,12 @@ def _images_table(result: PatchResult) -> Table:
     for column in ("image", "file", "top-1", "probability", "M"):
         images.add_column(column, justify="right" if column in ("probability", "M") else "left")
     for role, side in (("CLEAN", result.clean), ("CORRUPT", result.corrupt)):
-        best = side.top[0]
+        best = side.top[0] if side.top else None  # no classes when the forward ends at the embedding
         images.add_row(
             role,
             side.source.display_path,
-            f"{best.index} {_short(best.label)}",
-            f"{best.probability:.6f}",
+            "" if best is None else f"{best.index} {_short(best.label)}",
+            "" if best is None else f"{best.probability:.6f}",
             f"{side.m:+.4f}",
         )
     return images
@@ -163,9 +165,20 @@ def document(result: PatchResult) -> dict[str, Any]:
         "clean": _side(result.clean),
         "corrupt": _side(result.corrupt),
         "metric": {
-            "definition": "M = logit(target) - logit(contrast)",
-            "target": {"index": result.target, "label": result.target_label, "rule": result.target_rule},
-            "contrast": {"index": result.contrast, "label": result.contrast_label, "rule": result.contrast_rule},
+            "definition": "M = logit(target) - logit(contrast)"
+            if result.embedding is None
+            else f"M = {result.embedding.definition}",
+            "target": {
+                "kind": "class",
+                "index": result.target,
+                "label": result.target_label,
+                "rule": result.target_rule,
+            }
+            if result.embedding is None
+            else result.embedding.describe(),
+            "contrast": None
+            if result.embedding is not None
+            else {"index": result.contrast, "label": result.contrast_label, "rule": result.contrast_rule},
             "m_clean": result.m_clean,
             "m_corrupt": result.m_corrupt,
             "denominator_tolerance": DENOMINATOR_TOLERANCE,

@@ -61,8 +61,13 @@ def patch_figure(result: PatchResult) -> Any:
     method = "activation patching" if result.kinds[0].activation is not None else "attribution estimate"
     figures.title(
         fig,
-        f"{result.model_name}: {method}, M = logit({result.target}) - logit({result.contrast}); "
-        "score 1 restores CLEAN's M",
+        f"{result.model_name}: {method}, M = "
+        + (
+            f"logit({result.target}) - logit({result.contrast}); "
+            if result.embedding is None
+            else f"{result.embedding.unit} ({result.embedding.short}); "
+        )
+        + "score 1 restores CLEAN's M",
         result.weights,
     )
     return fig

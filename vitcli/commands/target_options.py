@@ -1,0 +1,68 @@
+"""The options that name a target in embedding space (vitcli.targets), shared by every command that follows a
+target: Typer types, and what a job keeps of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from vitcli.targets import EmbeddingTarget
+
+if TYPE_CHECKING:
+    from vitcli.model import VitModel
+    from vitcli.targets import BoundTarget
+
+_PANEL = "Targets in embedding space (any model, with or without a class head)"
+
+TargetImageOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--target-image",
+        help="Follow the cosine similarity of the pooled embeddings of the image and of this reference image "
+        "instead of a class.",
+        show_default=False,
+        rich_help_panel=_PANEL,
+    ),
+]
+
+TargetDirectionOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--target-direction",
+        help="Follow the dot product of the pooled embedding with the direction in this .npy file (a 1-D array as "
+        "wide as the embedding: a class mean, a probe's weight row) instead of a class.",
+        show_default=False,
+        rich_help_panel=_PANEL,
+    ),
+]
+
+TargetFeatureOption = Annotated[
+    int | None,
+    typer.Option(
+        "--target-feature",
+        help="Follow coordinate N (from 0) of the pooled embedding instead of a class.",
+        show_default=False,
+        rich_help_panel=_PANEL,
+    ),
+]
+
+
+class FollowsEmbedding:
+    """A job's embedding target, bound to the loaded model on first use (REF's embedding computed once)."""
+
+    embedding_target: EmbeddingTarget | None = None
+    _bound: tuple[int, BoundTarget] | None = None
+
+    def bound_target(self, model: VitModel) -> BoundTarget | None:
+        from vitcli.targets import bind
+
+        if self.embedding_target is None:
+            return None
+        if self._bound is None or self._bound[0] != id(model):
+            self._bound = (id(model), bind(self.embedding_target, model))
+        return self._bound[1]
+
+    def embedding_settings(self) -> dict[str, Any]:
+        return {} if self.embedding_target is None else {"target": self.embedding_target.describe()}
