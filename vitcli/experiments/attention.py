@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vitcli.capture import caching, pattern_site, sublayer_site
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
@@ -98,25 +99,36 @@ class CheckedImage:
     self_check: dict[int, float]  # one-based block -> largest |explicit - fused| attention output in this image
 
 
+def require_attention(model: VitModel) -> None:
+    """Refuse, before any forward, a model whose attention neither the explicit forward (timm's ViT) nor the capture
+    layer's attn.hook_pattern (the other families) can read."""
+    features = model.family.features
+    if "explicit_forward" not in features and "pattern" not in features:
+        model.require_standard_blocks()  # names the block it cannot follow
+        raise VitcliError(f"cannot capture attention in {model.name}: {model.family.refusal()}")
+
+
 def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Sequence[int]) -> Iterator[CheckedImage]:
     """Trace the images batch_size at a time, keep the given one-based blocks, refuse any failing check.
 
-    Both checks run once per batch and block: one call of the attention module over the whole batch.
+    Both checks run once per batch and block: one call of the attention module over the whole batch (families
+    without an explicit forward: one capture forward and one fused forward of the batch, `captured_rows`).
     """
+    explicit = "explicit_forward" in model.family.features
     for start in range(0, len(images), model.batch_size):
         batch = images[start : start + model.batch_size]
-        trace = model.trace(torch.stack([image.input for image in batch]), keep=[block - 1 for block in blocks])
-        differences = {}
+        inputs = torch.stack([image.input for image in batch])
+        attention, differences = (
+            explicit_rows(model, inputs, blocks) if explicit else captured_rows(model, inputs, blocks)
+        )
         for block in blocks:
-            traced = trace.blocks[block - 1]
-            differences[block] = model.attention_self_check(traced)
             worst = float(differences[block].max())
             if not worst <= SELF_CHECK_TOLERANCE:
                 raise VitcliError(
                     f"self-check failed in block {block}: the explicit attention differs from the module's own "
                     f"output by {worst:.3g} (tolerance {SELF_CHECK_TOLERANCE:g}); no results printed"
                 )
-            sums = float((traced.attention.double().sum(dim=-1) - 1).abs().max())
+            sums = float((attention[block].double().sum(dim=-1) - 1).abs().max())
             if not sums <= SUM_TOLERANCE:
                 raise VitcliError(
                     f"attention rows of block {block} sum to 1 only within {sums:.3g} (tolerance {SUM_TOLERANCE:g})"
@@ -124,9 +136,41 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
         for row, image in enumerate(batch):
             yield CheckedImage(
                 image,
-                {block: trace.blocks[block - 1].attention[row] for block in blocks},
+                {block: attention[block][row] for block in blocks},
                 {block: float(differences[block][row]) for block in blocks},
             )
+
+
+def explicit_rows(
+    model: VitModel, inputs: Tensor, blocks: Sequence[int]
+) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
+    """Per one-based block: (B, heads, N, N) attention of VitModel.trace, and per image the largest |explicit -
+    module's own| attention-module output."""
+    trace = model.trace(inputs, keep=[block - 1 for block in blocks])
+    attention = {block: trace.blocks[block - 1].attention for block in blocks}
+    return attention, {block: model.attention_self_check(trace.blocks[block - 1]) for block in blocks}
+
+
+def captured_rows(
+    model: VitModel, inputs: Tensor, blocks: Sequence[int]
+) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
+    """Per one-based block: the (B, heads, N, N) probabilities at attn.hook_pattern (the family's non-fused path,
+    the very rows that multiply v), and per image the largest |that forward's - the fused forward's| attention
+    sublayer output (hook_attn_out): the pattern is checked by what the module computes with it."""
+    patterns = [pattern_site(block) for block in blocks]
+    outputs = [sublayer_site(block, "attn") for block in blocks]
+    with torch.inference_mode():
+        inputs = inputs.to(model.device)
+        with caching(model.family, [*patterns, *outputs]) as captured:
+            model.net(inputs)
+        with caching(model.family, outputs) as fused:  # no pattern hooked: the module's own fused path
+            model.net(inputs)
+    attention = {block: captured[site].float().cpu() for block, site in zip(blocks, patterns, strict=True)}
+    differences = {
+        block: (captured[site].double() - fused[site].double()).abs().flatten(1).amax(dim=1).cpu()
+        for block, site in zip(blocks, outputs, strict=True)
+    }
+    return attention, differences
 
 
 # ----- one query row per block and head
