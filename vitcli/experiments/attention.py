@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitcli.capture import caching, pattern_site, sublayer_site
+from vitcli.capture import block_site, caching, pattern_site, sublayer_site
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
@@ -112,15 +112,17 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
     """Trace the images batch_size at a time, keep the given one-based blocks, refuse any failing check.
 
     Both checks run once per batch and block: one call of the attention module over the whole batch (families
-    without an explicit forward: one capture forward and one fused forward of the batch, `captured_rows`).
+    without an explicit forward: one capture forward and one fused forward of the batch, `captured_attention`).
     """
-    explicit = "explicit_forward" in model.family.features
     for start in range(0, len(images), model.batch_size):
         batch = images[start : start + model.batch_size]
         inputs = torch.stack([image.input for image in batch])
-        attention, differences = (
-            explicit_rows(model, inputs, blocks) if explicit else captured_rows(model, inputs, blocks)
-        )
+        if "explicit_forward" in model.family.features:
+            trace = model.trace(inputs, keep=[block - 1 for block in blocks])
+            attention = {block: trace.blocks[block - 1].attention for block in blocks}
+            differences = {block: model.attention_self_check(trace.blocks[block - 1]) for block in blocks}
+        else:
+            attention, differences = captured_attention(model, inputs, blocks)
         for block in blocks:
             worst = float(differences[block].max())
             if not worst <= SELF_CHECK_TOLERANCE:
@@ -141,35 +143,28 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
             )
 
 
-def explicit_rows(
+def captured_attention(
     model: VitModel, inputs: Tensor, blocks: Sequence[int]
 ) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
-    """Per one-based block: (B, heads, N, N) attention of VitModel.trace, and per image the largest |explicit -
-    module's own| attention-module output."""
-    trace = model.trace(inputs, keep=[block - 1 for block in blocks])
-    attention = {block: trace.blocks[block - 1].attention for block in blocks}
-    return attention, {block: model.attention_self_check(trace.blocks[block - 1]) for block in blocks}
-
-
-def captured_rows(
-    model: VitModel, inputs: Tensor, blocks: Sequence[int]
-) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
-    """Per one-based block: the (B, heads, N, N) probabilities at attn.hook_pattern (the family's non-fused path,
-    the very rows that multiply v), and per image the largest |that forward's - the fused forward's| attention
-    sublayer output (hook_attn_out): the pattern is checked by what the module computes with it."""
-    patterns = [pattern_site(block) for block in blocks]
+    """For families vitcli does not write out by hand: per one-based block the (B, heads, N, N) probabilities at
+    attn.hook_pattern (the family's non-fused path), and per image the larger of two checks: |pattern @ v - z| (every
+    head's output as the module computed it in that forward) and |that forward's - the fused forward's| attention
+    sublayer output (hook_attn_out)."""
+    kinds = ("attn.hook_pattern", "attn.hook_v", "attn.hook_z", "hook_attn_out")
     outputs = [sublayer_site(block, "attn") for block in blocks]
     with torch.inference_mode():
         inputs = inputs.to(model.device)
-        with caching(model.family, [*patterns, *outputs]) as captured:
+        with caching(model.family, [block_site(block, kind) for block in blocks for kind in kinds]) as captured:
             model.net(inputs)
         with caching(model.family, outputs) as fused:  # no pattern hooked: the module's own fused path
             model.net(inputs)
-    attention = {block: captured[site].float().cpu() for block, site in zip(blocks, patterns, strict=True)}
-    differences = {
-        block: (captured[site].double() - fused[site].double()).abs().flatten(1).amax(dim=1).cpu()
-        for block, site in zip(blocks, outputs, strict=True)
-    }
+    attention, differences = {}, {}
+    for block, output in zip(blocks, outputs, strict=True):
+        pattern, v, z = (captured[block_site(block, kind)].double() for kind in kinds[:3])
+        heads = (torch.einsum("bhqk,bkhd->bqhd", pattern, v) - z).abs().flatten(1).amax(dim=1)
+        fused_path = (captured[output].double() - fused[output].double()).abs().flatten(1).amax(dim=1)
+        differences[block] = torch.maximum(heads, fused_path).cpu()
+        attention[block] = captured[pattern_site(block)].float().cpu()
     return attention, differences
 
 
