@@ -119,6 +119,11 @@ class Family(ABC):
         """The model's own output for (B, 3, H, W) normalized inputs: logits, or the pooled embedding."""
         return self.net(inputs)
 
+    def embed(self, inputs: Tensor) -> Tensor:
+        """Block 1's input rows (B, N, width) for (B, 3, H, W) normalized inputs, by the model's own layers (the
+        value of blocks.1.hook_resid_pre, without running the blocks)."""
+        raise NotImplementedError(f"{self.name} does not embed its inputs alone")
+
     @abstractmethod
     def pooled(self, inputs: Tensor) -> Tensor:
         """The pooled embedding (B, D'): what a classifier head would read (timm's pre_logits)."""

@@ -123,15 +123,34 @@ class TimmBeit(Family):
     def pooling(self) -> str:
         return self.net.global_pool or "none"
 
+    def embed(self, inputs: Tensor) -> Tensor:
+        net = self.net
+        rows = net.patch_embed(inputs)
+        rows = torch.cat((net.cls_token.expand(rows.shape[0], -1, -1), rows), dim=1)
+        if net.pos_embed is not None:
+            rows = rows + net.pos_embed
+        return net.pos_drop(rows)
+
     def pooled(self, inputs: Tensor) -> Tensor:
         return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         net = self.net
-        shared = net.rel_pos_bias() if net.rel_pos_bias is not None else None  # as forward_features computes it
+        shared = self._shared_bias()
         for block in net.blocks[number - 1 :]:
             rows = block(rows, shared_rel_pos_bias=shared)
         return net.forward_head(net.norm(rows))
+
+    def _shared_bias(self) -> Tensor | None:
+        """The relative position bias shared by every block, as forward_features computes it (None: each block has
+        its own table only)."""
+        return self.net.rel_pos_bias() if self.net.rel_pos_bias is not None else None
+
+    def attention_from_heads(self, number: int, heads: Tensor) -> Tensor:
+        return self.net.blocks[number - 1].attn.proj(heads.flatten(-2))
+
+    def own_attention(self, number: int, normed: Tensor) -> Tensor:
+        return self.net.blocks[number - 1].attn(normed, shared_rel_pos_bias=self._shared_bias())
 
     def block_tap(self, block: nn.Module, place: BlockPlace, kind: str) -> Tap:
         attention = block.attn

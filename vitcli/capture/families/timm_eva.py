@@ -116,25 +116,37 @@ class TimmEva(Family):
     def pooling(self) -> str:
         return "map" if self.net.attn_pool is not None else (self.net.global_pool or "none")
 
+    def embed(self, inputs: Tensor) -> Tensor:
+        net = self.net
+        rows, _rope = net._pos_embed(net.patch_embed(inputs))
+        return net.norm_pre(rows)
+
     def pooled(self, inputs: Tensor) -> Tensor:
         return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         net = self.net
-        rope = self._rope()
         for index in range(number - 1, len(net.blocks)):
-            per_block = rope[index] if rope is not None and net.rope_mixed else rope
-            rows = net.blocks[index](rows, rope=per_block)
+            rows = net.blocks[index](rows, rope=self._rope(index + 1))
         return net.forward_head(net.norm(rows))
 
-    def _rope(self) -> Tensor | None:
-        """The rotary embedding forward_features hands the blocks (an eval forward at the model's own grid)."""
+    def _rope(self, number: int) -> Tensor | None:
+        """The rotary embedding forward_features hands block `number` (an eval forward at the model's own grid)."""
         net = self.net
         if net.rope is None:
             return None
         if hasattr(net.rope, "feat_shape") and not net.dynamic_img_size:
-            return net.rope.get_embed()
-        return net.rope.get_embed(shape=net.patch_embed.grid_size)
+            rope = net.rope.get_embed()
+        else:
+            rope = net.rope.get_embed(shape=net.patch_embed.grid_size)
+        return rope[number - 1] if net.rope_mixed else rope
+
+    def attention_from_heads(self, number: int, heads: Tensor) -> Tensor:
+        attention = self.net.blocks[number - 1].attn
+        return attention.proj(attention.norm(heads.flatten(-2)))
+
+    def own_attention(self, number: int, normed: Tensor) -> Tensor:
+        return self.net.blocks[number - 1].attn(normed, rope=self._rope(number))
 
     def block_tap(self, block: nn.Module, place: BlockPlace, kind: str) -> Tap:
         attention = block.attn
