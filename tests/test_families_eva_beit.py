@@ -294,3 +294,55 @@ def attention_values(written: dict) -> list[float]:
     """The one row of attention in attend's JSON (over every source token, prefix first)."""
     (shown,) = written["result"]["maps"]
     return shown["attention"]
+
+
+@pytest.fixture
+def small_eva_model(monkeypatch):
+    """The CLI's model loader handing out the cut-down EVA-02 (4x4 grid) for `--model eva02_tiny_patch14_224`."""
+    import vitcli.loading
+    from vitcli.model import VitModel
+    from vitcli.spec import WeightsSpec
+
+    name = "eva02_tiny_patch14_224"
+    model = VitModel(build("eva02"), WeightsSpec(model_name=name, random=True), torch.device("cpu"), 8)
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: model)
+    return model
+
+
+def test_attend_on_eva_shows_the_captured_row(cli, photo, workdir, small_eva_model):
+    """attend on a family without vitcli's explicit forward reads attn.hook_pattern: its row is timm's non-fused
+    row at attn_drop (1e-6), and it prints the self-check."""
+    name = "eva02_tiny_patch14_224"
+    result = cli("attend", photo, "--model", name, "--block", "2", "--head", "3", "--query", "6", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    assert "self-check" in result.stdout
+    written = json.loads(result_files(workdir / "outputs", "attention-b2-h3-q6")["json"].read_text())
+    net = small_eva_model.net
+    set_fused(net, False)
+    try:
+        rows = module_outputs(net, small_eva_model.prepare(photo).input[None], {2: net.blocks[1].attn.attn_drop})[2]
+    finally:
+        set_fused(net, True)
+    shown = torch.tensor(attention_values(written), dtype=torch.float64)
+    assert (shown - rows[0, 2, 6].double()).abs().max() <= 1e-6
+
+
+def test_attend_refuses_a_captured_pattern_that_does_not_rebuild_the_heads(
+    cli, photo, workdir, small_eva_model, monkeypatch
+):
+    """A pattern site that hands out anything but the rows that multiplied v fails the self-check: exit 1, nothing
+    written."""
+    honest = TimmEva.block_tap
+
+    def skewed(self, block, place, kind):
+        tap = honest(self, block, place, kind)
+        if kind == "attn.hook_pattern":
+            tap.to_site = lambda pattern: pattern.roll(1, dims=-1)  # every row, one source off
+            tap.to_module = None
+        return tap
+
+    monkeypatch.setattr(TimmEva, "block_tap", skewed)
+    result = cli("attend", photo, "--model", "eva02_tiny_patch14_224", "--block", "2", "--head", "1", *RANDOM_CPU)
+    assert result.exit_code == 1
+    assert "self-check failed in block 2" in result.stderr and "tolerance 0.0001" in result.stderr
+    assert result.stdout == "" and not list(workdir.rglob("attention-*"))
