@@ -41,6 +41,8 @@ VARIANTS = {
         },
     ),
 }
+SITE_VARIANTS = list(VARIANTS)
+VARIANTS["eva02-classes"] = ("eva02_tiny_patch14_224", {"num_classes": 10})  # EVA-02 with a classifier (fc_norm)
 BLOCKS = (1, 2)
 
 
@@ -55,7 +57,7 @@ def build(variant: str) -> nn.Module:
     return net
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS))
+@pytest.fixture(scope="module", params=SITE_VARIANTS)
 def net(request) -> nn.Module:
     return build(request.param)
 
@@ -296,15 +298,48 @@ def attention_values(written: dict) -> list[float]:
     return shown["attention"]
 
 
+def wrapped(variant: str):
+    """A cut-down net as the CLI wraps it."""
+    from vitcli.model import VitModel
+    from vitcli.spec import WeightsSpec
+
+    return VitModel(build(variant), WeightsSpec(model_name=VARIANTS[variant][0], random=True), torch.device("cpu"), 8)
+
+
+@pytest.mark.parametrize("variant", ["beit", "beit-shared-bias", "eva02-classes"])
+def test_direct_logit_attribution_through_average_pooling_is_exact(photo, variant):
+    """The terms plus the constant are the model's own logit (1e-4, a logit of order 1); per block the heads plus
+    the bias are the attention term; per head of a block its source tokens sum to its term. Seen failing with
+    BEiT's gamma_1 left out of the per-head readout and with the class token averaged into the pooled vector."""
+    from vitcli.experiments.attribution import ATTENTION, ATTENTION_BIAS, HEAD, TOKEN, attribute
+
+    model = wrapped(variant)
+    prepared = model.prepare(photo)
+    with torch.no_grad():
+        logit = float(model.net(prepared.input[None])[0, 3])
+    assert abs(logit) > 0.1
+    by_head = attribute(model, prepared, 3, None, "head")
+    assert by_head.reconstruction == pytest.approx(logit, abs=1e-4)
+    by_block = attribute(model, prepared, 3, None, "block")
+    assert by_block.reconstruction == pytest.approx(logit, abs=1e-4)
+    for block in BLOCKS:
+        heads = [t.value for t in by_head.terms if t.component == HEAD and t.block == block]
+        (bias,) = [t.value for t in by_head.terms if t.component == ATTENTION_BIAS and t.block == block]
+        (attention,) = [t.value for t in by_block.terms if t.component == ATTENTION and t.block == block]
+        assert sum(heads) + bias == pytest.approx(attention, abs=1e-6)
+        by_token = attribute(model, prepared, 3, None, "token", block=block)
+        for head in range(1, model.num_heads + 1):
+            tokens = [t.value for t in by_token.terms if t.component == TOKEN and t.head == head]
+            assert len(tokens) == model.grid.num_tokens
+            assert sum(tokens) == pytest.approx(heads[head - 1], abs=1e-6)
+
+
 @pytest.fixture
 def small_eva_model(monkeypatch):
     """The CLI's model loader handing out the cut-down EVA-02 (4x4 grid) for `--model eva02_tiny_patch14_224`."""
     import vitcli.loading
-    from vitcli.model import VitModel
-    from vitcli.spec import WeightsSpec
 
-    name = "eva02_tiny_patch14_224"
-    model = VitModel(build("eva02"), WeightsSpec(model_name=name, random=True), torch.device("cpu"), 8)
+    model = wrapped("eva02")
     monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: model)
     return model
 
