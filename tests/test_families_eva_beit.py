@@ -381,3 +381,30 @@ def test_attend_refuses_a_captured_pattern_that_does_not_rebuild_the_heads(
     assert result.exit_code == 1
     assert "self-check failed in block 2" in result.stderr and "tolerance 0.0001" in result.stderr
     assert result.stdout == "" and not list(workdir.rglob("attention-*"))
+
+
+@pytest.mark.slow
+def test_ablate_and_patch_run_on_beit(cli, photo, newfoundland, workdir, monkeypatch):
+    """`vitcli ablate` on BEiT: head 2.1's ablated logit is the logit of the net whose proj columns of that head are
+    0 (1e-5); `vitcli patch` runs every site kind on it (its rows enter block 1 by BEiT's own embedding)."""
+    import vitcli.loading
+
+    model = wrapped("beit")
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: model)
+    name = "beit_base_patch16_224"
+    result = cli("ablate", photo, "--model", name, "--heads", "2.1", "--target", "3", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    (path,) = workdir.glob("outputs/*/*/ablate-*.json")
+    (row,) = json.loads(path.read_text())["result"]["ablations"]
+    attention, d = model.net.blocks[1].attn, model.family.places()[1].head_dim
+    with torch.no_grad():
+        saved = attention.proj.weight.clone()
+        attention.proj.weight[:, :d] = 0
+        try:
+            edited = float(model.net(model.prepare(photo).input[None])[0, 3])
+        finally:
+            attention.proj.weight.copy_(saved)
+    assert row["ablated_logit"] == pytest.approx(edited, rel=1e-5, abs=1e-6)
+    assert abs(row["logit_change"]) > 1e-3
+    result = cli("patch", photo, newfoundland, "--model", name, "--target", "3", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
