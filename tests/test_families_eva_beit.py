@@ -408,3 +408,17 @@ def test_ablate_and_patch_run_on_beit(cli, photo, newfoundland, workdir, monkeyp
     assert abs(row["logit_change"]) > 1e-3
     result = cli("patch", photo, newfoundland, "--model", name, "--target", "3", *RANDOM_CPU)
     assert result.exit_code == 0, result.stderr
+
+
+def test_attribute_refuses_an_eva_whose_sub_norm_mixes_the_heads(cli, photo, monkeypatch):
+    """EVA-02's CLIP tower normalizes the joined heads before attn.proj: no per-head sum, refused before loading."""
+    import vitcli.loading
+
+    def no_loading(*_args):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(vitcli.loading, "load_model", no_loading)
+    result = cli("attribute", photo, "--model", "eva02_base_patch16_clip_224", *RANDOM_CPU)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: eva02_base_patch16_clip_224's attention normalizes its heads together")
+    assert "not a sum over heads" in result.stderr and "Traceback" not in result.stderr
