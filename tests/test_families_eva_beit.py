@@ -235,7 +235,8 @@ def test_identity_replacement_at_every_site_leaves_the_output_unchanged(net):
 
 def test_run_from_pooled_and_embed_are_the_model_s_own_forward(net):
     """run_from(B, resid_pre of B) and embed are the model's forward; pooled is head.hook_in; pool.hook_out is the
-    mean of the final rows over the patches alone (the DLA readout relies on it)."""
+    mean of the final rows over the patches alone (the DLA readout relies on it); own_attention on ln1's rows is the
+    attention module's output in the forward (its rope or shared bias passed as the model passes it)."""
     family = family_of(net)
     inputs = inputs_for(net)
     sites = [resid_pre_site(block) for block in BLOCKS] + ["ln_final.hook_normalized", "pool.hook_out", "head.hook_in"]
@@ -248,13 +249,13 @@ def test_run_from_pooled_and_embed_are_the_model_s_own_forward(net):
         torch.testing.assert_close(family.pooled(inputs), cache["head.hook_in"], atol=1e-6, rtol=0)
         patches = cache["ln_final.hook_normalized"][:, net.num_prefix_tokens :]
         torch.testing.assert_close(cache["pool.hook_out"], patches.mean(dim=1), atol=1e-6, rtol=0)
+        with caching(net, [block_site(block, "ln1.hook_normalized") for block in BLOCKS]) as kept:
+            net(inputs)
+    fused = module_outputs(net, inputs, {block: net.blocks[block - 1].attn for block in BLOCKS})
+    with torch.no_grad():
         for block in BLOCKS:
-            normed = None
-            with caching(net, [block_site(block, "ln1.hook_normalized")]) as kept:
-                net(inputs)
             normed = kept[block_site(block, "ln1.hook_normalized")]
-            fused = module_outputs(net, inputs, {block: net.blocks[block - 1].attn})[block]
-            torch.testing.assert_close(family.own_attention(block, normed), fused, atol=1e-6, rtol=0)
+            torch.testing.assert_close(family.own_attention(block, normed), fused[block], atol=1e-6, rtol=0)
 
 
 def test_post_norm_eva_blocks_are_refused_by_name():

@@ -23,29 +23,25 @@ from vitcli.capture.family import BlockPlace, Family, Tap
 from vitcli.grid import PatchGrid
 
 
-def rotated_q_or_k(attention: nn.Module) -> Callable[[nn.Module], Tap]:
-    """q or k per head after RoPE, read-only at q_norm's / k_norm's output: the rope the block handed its attention
-    (kept by a hook on the attention's call) applied to the patch rows as EvaAttention applies it."""
+def rotated_q_or_k(attention: nn.Module, norm: nn.Module) -> Tap:
+    """q or k per head after RoPE, read-only at `norm`'s output (q_norm or k_norm): the rope the block handed its
+    attention (kept by a hook on the attention's call) applied to the patch rows as EvaAttention applies it."""
+    rope: list[Tensor | None] = [None]
 
-    def tap(module: nn.Module) -> Tap:
-        rope: list[Tensor | None] = [None]
+    def prepare() -> Callable[[], None]:
+        def keep(_module: nn.Module, _args: tuple, kwargs: dict) -> None:
+            rope[0] = kwargs.get("rope")
 
-        def prepare() -> Callable[[], None]:
-            def keep(_module: nn.Module, _args: tuple, kwargs: dict) -> None:
-                rope[0] = kwargs.get("rope")
+        return attention.register_forward_pre_hook(keep, with_kwargs=True).remove
 
-            return attention.register_forward_pre_hook(keep, with_kwargs=True).remove
+    def to_site(heads_first: Tensor) -> Tensor:  # (batch, heads, tokens, d) as timm holds it
+        if rope[0] is not None:
+            prefix = attention.num_prefix_tokens
+            patches = apply_rot_embed_cat(heads_first[:, :, prefix:, :], rope[0], half=attention.rotate_half)
+            heads_first = torch.cat([heads_first[:, :, :prefix, :], patches], dim=2)
+        return heads_first.transpose(1, 2)
 
-        def to_site(heads_first: Tensor) -> Tensor:  # (batch, heads, tokens, d) as timm holds it
-            if rope[0] is not None:
-                prefix = attention.num_prefix_tokens
-                patches = apply_rot_embed_cat(heads_first[:, :, prefix:, :], rope[0], half=attention.rotate_half)
-                heads_first = torch.cat([heads_first[:, :, :prefix, :], patches], dim=2)
-            return heads_first.transpose(1, 2)
-
-        return Tap(module, "output", to_site, None, prepare=prepare)
-
-    return tap
+    return Tap(norm, "output", to_site, None, prepare=prepare)
 
 
 class TimmEva(Family):
@@ -153,8 +149,8 @@ class TimmEva(Family):
         taps: dict[str, Callable[[], Tap]] = {
             "hook_resid_pre": lambda: Tap(block, "input"),
             "ln1.hook_normalized": lambda: Tap(block.norm1, "output"),
-            "attn.hook_q": lambda: rotated_q_or_k(attention)(attention.q_norm),
-            "attn.hook_k": lambda: rotated_q_or_k(attention)(attention.k_norm),
+            "attn.hook_q": lambda: rotated_q_or_k(attention, attention.q_norm),
+            "attn.hook_k": lambda: rotated_q_or_k(attention, attention.k_norm),
             "attn.hook_v": lambda: self._v_tap(attention, place),
             # The probabilities of softmax(q k^T * scale) with q and k rotated: the non-fused path's attn_drop.
             "attn.hook_pattern": lambda: Tap(attention.attn_drop, "output", prepare=unfused(attention)),
