@@ -105,7 +105,8 @@ def test_family_of_names_the_adapter_and_its_grid(net):
     assert grid.prefix_names == expected and grid.num_prefix == net.num_prefix_tokens
     assert family.pooling == "avg"
     assert ("class_head" in family.features) == bool(net.num_classes)
-    assert {"pattern", "replace", "plain_rows", "linear_patches"} <= family.features
+    assert {"pattern", "replace", "plain_rows", "linear_patches", "cls_token", "plain_pooling"} <= family.features
+    assert ("positions" in family.features) == (net.pos_embed is not None)
     assert "explicit_forward" not in family.features  # attend reads these families through the capture layer
     with torch.no_grad(), caching(net, ["blocks.1.hook_resid_pre"]) as cache:
         net(inputs_for(net))

@@ -94,6 +94,11 @@ class TimmBeit(Family):
             features.add("linear_patches")
         if self.net.num_classes:
             features.add("class_head")
+        features.add("cls_token")
+        if self.net.pos_embed is not None:  # BEiT itself has none: its positions are the relative bias
+            features.add("positions")
+        if self.net.global_pool in ("token", "avg"):
+            features.add("plain_pooling")
         return frozenset(features)
 
     def blocks(self) -> list[nn.Module]:

@@ -80,6 +80,12 @@ class TimmEva(Family):
             features.add("linear_patches")
         if self.net.num_classes:
             features.add("class_head")
+        if self.net.cls_token is not None:
+            features.add("cls_token")
+        if self.net.pos_embed is not None:  # EVA-02 adds them besides RoPE
+            features.add("positions")
+        if self.net.attn_pool is None and self.net.global_pool in ("token", "avg"):
+            features.add("plain_pooling")
         return frozenset(features)
 
     def blocks(self) -> list[nn.Module]:
