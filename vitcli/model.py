@@ -224,6 +224,8 @@ class VitModel:
     def embed(self, inputs: Tensor) -> Tensor:
         """Block 1's input rows (B, N, D) for (B, 3, H, W) normalized inputs, by the model's own layers."""
         net = self.net
+        if not isinstance(net, VisionTransformer):
+            return self.family.embed(inputs)
         return net.norm_pre(net.patch_drop(net._pos_embed(net.patch_embed(inputs))))
 
     @cached_property
@@ -248,7 +250,7 @@ class VitModel:
         """
         net = self.net
         if not self._head_reads_row_0:
-            return net.forward_head(net.norm(net.blocks(rows)))
+            return self.family.run_from(1, rows)
         return net.forward_head(net.norm(row_0_of_block(net.blocks[-1], net.blocks[:-1](rows))))
 
     def image_logits(self, inputs: Tensor) -> Tensor:

@@ -61,6 +61,9 @@ FEATURES = {
     "explicit_forward": "a forward vitcli writes out by hand and checks against the module's own",
     "linear_patches": "patches embedded by one linear map of their pixels",
     "class_head": "a classifier head",
+    "cls_token": "a class token (CLS) at row 0",
+    "positions": "learned absolute position embeddings added to the patch rows",
+    "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",
 }
 
 
@@ -118,6 +121,11 @@ class Family(ABC):
     def forward(self, inputs: Tensor) -> Tensor:
         """The model's own output for (B, 3, H, W) normalized inputs: logits, or the pooled embedding."""
         return self.net(inputs)
+
+    def embed(self, inputs: Tensor) -> Tensor:
+        """Block 1's input rows (B, N, width) for (B, 3, H, W) normalized inputs, by the model's own layers (the
+        value of blocks.1.hook_resid_pre, without running the blocks)."""
+        raise NotImplementedError(f"{self.name} does not embed its inputs alone")
 
     @abstractmethod
     def pooled(self, inputs: Tensor) -> Tensor:

@@ -112,8 +112,10 @@ class AttendJob(Job):
 
     def compute(self, work: ImageWork) -> Any:
         model, images = work.model, [work.image]
-        # A model the explicit forward cannot follow fails here, before any trace.
-        model.require_standard_blocks()
+        from vitcli.experiments.attention import require_attention
+
+        # A model whose attention cannot be read fails here, before any forward.
+        require_attention(model)
         if self.view is View.summary:
             from vitcli.experiments.attention_summary import summarize
 

@@ -58,20 +58,26 @@ class AttributeJob(FollowsEmbedding, Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        from vitcli.capture import require_pre_norm
+        from vitcli.capture import family_of, require_pre_norm
         from vitcli.experiments.readout import readout_refusal
 
         skeleton = require_pre_norm(architecture.name)
         refusal = readout_refusal(skeleton, architecture.name, head=self.embedding_target is None)
         if refusal is not None:
             raise UsageError(refusal)
+        if "heads" not in family_of(skeleton).features:  # EVA-02 with a sub-norm between its heads and attn.proj
+            raise UsageError(
+                f"{architecture.name}'s attention normalizes its heads together before attn.proj, so its output is "
+                "not a sum over heads; attribute splits it by head"
+            )
         if self.block is not None:
             if not 1 <= self.block <= architecture.depth:
                 raise UsageError(
                     f"--block must be between 1 and {architecture.depth} (the model's blocks), not {self.block}"
                 )
             attention = skeleton.blocks[self.block - 1].attn
-            if type(attention.norm).__name__ != "Identity" or getattr(attention, "gate", None) is not None:
+            norm = getattr(attention, "norm", None)  # Beit's attention has none
+            if type(norm).__name__ not in ("Identity", "NoneType") or getattr(attention, "gate", None) is not None:
                 raise UsageError(
                     f"--by token: {architecture.name}'s attention normalizes or gates the heads before attn.proj, "
                     "so a head's output is not a sum over source tokens"

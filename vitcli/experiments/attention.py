@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vitcli.capture import block_site, caching, pattern_site, sublayer_site
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
@@ -104,10 +105,20 @@ class CheckedImage:
     self_check: dict[int, float]  # one-based block -> largest |explicit - fused| attention output in this image
 
 
+def require_attention(model: VitModel) -> None:
+    """Refuse, before any forward, a model whose attention neither the explicit forward (timm's ViT) nor the capture
+    layer's attn.hook_pattern (the other families) can read."""
+    features = model.family.features
+    if "explicit_forward" not in features and "pattern" not in features:
+        model.require_standard_blocks()  # names the block it cannot follow
+        raise VitcliError(f"cannot capture attention in {model.name}: {model.family.refusal()}")
+
+
 def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Sequence[int]) -> Iterator[CheckedImage]:
     """Trace the images batch_size at a time, keep the given one-based blocks, refuse any failing check.
 
-    Both checks run once per batch and block: one call of the attention module over the whole batch.
+    Both checks run once per batch and block: one call of the attention module over the whole batch (families
+    without an explicit forward: one capture forward and one fused forward of the batch, `captured_attention`).
     """
     for start in range(0, len(images), model.batch_size):
         batch = images[start : start + model.batch_size]
@@ -119,7 +130,7 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
             compared = "the explicit attention differs from the module's own output"
         else:
             attention, differences = captured_attention(model, inputs, blocks)
-            compared = "the captured attention @ v differs from the heads' outputs"
+            compared = "the captured attention differs from the heads' outputs or the fused forward"
         for block in blocks:
             worst = float(differences[block].max())
             if not worst <= SELF_CHECK_TOLERANCE:
@@ -143,20 +154,25 @@ def checked_traces(model: VitModel, images: Sequence[PreparedImage], blocks: Seq
 def captured_attention(
     model: VitModel, inputs: Tensor, blocks: Sequence[int]
 ) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
-    """For families vitcli does not write out by hand (Swin): each block's pattern read at its capture site in one
-    forward, and per image the largest |pattern @ v - z| (every head's output as the module computed it)."""
-    from vitcli.capture import block_site, caching, pattern_site
-
-    kinds = ("attn.hook_pattern", "attn.hook_v", "attn.hook_z")
-    sites = [block_site(block, kind) for block in blocks for kind in kinds]
-    with torch.no_grad(), caching(model.net, sites) as cache:
-        model.net(inputs.to(model.device))
+    """For families vitcli does not write out by hand: per one-based block the (B, heads, N, N) probabilities at
+    attn.hook_pattern (the family's non-fused path), and per image the larger of two checks: |pattern @ v - z| (every
+    head's output as the module computed it in that forward) and |that forward's - the fused forward's| attention
+    sublayer output (hook_attn_out)."""
+    kinds = ("attn.hook_pattern", "attn.hook_v", "attn.hook_z", "hook_attn_out")
+    outputs = [sublayer_site(block, "attn") for block in blocks]
+    with torch.inference_mode():
+        inputs = inputs.to(model.device)
+        with caching(model.family, [block_site(block, kind) for block in blocks for kind in kinds]) as captured:
+            model.net(inputs)
+        with caching(model.family, outputs) as fused:  # no pattern hooked: the module's own fused path
+            model.net(inputs)
     attention, differences = {}, {}
-    for block in blocks:
-        pattern, v, z = (cache[block_site(block, kind)] for kind in kinds)
-        explicit = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
-        differences[block] = (explicit - z).abs().flatten(1).amax(dim=1).cpu()
-        attention[block] = cache[pattern_site(block)].cpu()
+    for block, output in zip(blocks, outputs, strict=True):
+        pattern, v, z = (captured[block_site(block, kind)].double() for kind in kinds[:3])
+        heads = (torch.einsum("bhqk,bkhd->bqhd", pattern, v) - z).abs().flatten(1).amax(dim=1)
+        fused_path = (captured[output].double() - fused[output].double()).abs().flatten(1).amax(dim=1)
+        differences[block] = torch.maximum(heads, fused_path).cpu()
+        attention[block] = captured[pattern_site(block)].float().cpu()
     return attention, differences
 
 

@@ -7,8 +7,9 @@ final LayerNorm's scale frozen (vitcli.experiments.readout) the metric is exactl
 forward captures every component, and the result carries the reconstruction against the model's own logits.
 
 By token (one block B): head h's output at row r is sum over sources j of A_h[r, j] v_j W_O,h^T, so each source
-token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out; the attention is recomputed from norm1's output
-(the family's written-out attention, attend's).
+token's part of a head's term is A_h[r, j] (v_j W_O,h^T) read out. On families vitcli writes out (timm's ViT) the
+attention is recomputed from norm1's output (attend's written-out attention); on the others A and v are as captured
+(attn.hook_pattern, attn.hook_v).
 
 An embedding target (vitcli.targets) takes the logit's place: the metric is the pooled embedding read along one
 vector w. For --target-direction w is the direction, for --target-feature the unit vector of the feature; the
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitcli.capture import caching
 from vitcli.errors import VitcliError
@@ -93,7 +94,10 @@ def attribute(
     sites = ["blocks.1.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
     sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_attn_out", "hook_mlp_out")]
     if by == TOKEN:
-        sites.append(f"blocks.{block}.ln1.hook_normalized")
+        if "explicit_forward" in model.family.features:
+            sites.append(f"blocks.{block}.ln1.hook_normalized")
+        else:
+            sites += [f"blocks.{block}.attn.hook_pattern", f"blocks.{block}.attn.hook_v"]
     with torch.inference_mode(), caching(net, sites) as cache, output_of(model, embedding):
         logits = net(prepared.input[None].to(model.device))[0].float().cpu()
     cache = {site: activation[0].double().cpu() for site, activation in cache.items()}
@@ -150,12 +154,19 @@ def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tup
     """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
     and the attention bias's term, (gamma * b_O) . sum of the row directions."""
     module = model.net.blocks[block - 1]
-    scale = module.ls1.gamma.detach().double().cpu() if hasattr(module.ls1, "gamma") else 1.0
-    scaled = scale * readout.directions  # (tokens, width)
+    scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
     proj = module.attn.proj
     per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
     bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
     return per_head, bias
+
+
+def _attention_layer_scale(module: nn.Module) -> Tensor | float:
+    """What multiplies a block's attention output before the residual adds it: timm ViT's ls1 (a LayerScale, or an
+    Identity), Eva's and Beit's gamma_1 (a vector, or None); 1 without layer scale."""
+    ls1 = getattr(module, "ls1", None)
+    gamma = getattr(ls1, "gamma", None) if ls1 is not None else getattr(module, "gamma_1", None)
+    return 1.0 if gamma is None else gamma.detach().double().cpu()
 
 
 def _head_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout) -> tuple[np.ndarray, np.ndarray]:
@@ -196,13 +207,19 @@ def _terms(
 
 def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> list[Term]:
     """Each (head, source token) part of block `block`'s head terms."""
-    weight = model.net.blocks[block - 1].attn.qkv.weight
-    normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(weight)
-    with torch.inference_mode():
-        _, _, v, attention, _ = model.family.explicit_attention(block, normed)
+    if "explicit_forward" in model.family.features:
+        # The fused forward, as before: reading the pattern would run this block unfused (terms move by ~1e-9).
+        weight = model.net.blocks[block - 1].attn.qkv.weight
+        normed = cache[f"blocks.{block}.ln1.hook_normalized"][None].to(weight)
+        with torch.inference_mode():
+            _, _, v, attention, _ = model.family.explicit_attention(block, normed)
+        attention, v = attention[0].double().cpu(), v[0].transpose(0, 1).double().cpu()
+    else:
+        attention = cache[f"blocks.{block}.attn.hook_pattern"]  # (heads, rows, sources)
+        v = cache[f"blocks.{block}.attn.hook_v"]  # (sources, heads, head_dim)
     per_head, _ = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
     # part[h, j] = sum over rows r of A_h[r, j] (v_j,h . per_head[r, h]): source j's value as row r reads it
-    parts = torch.einsum("hrj,hjd,rhd->hj", attention[0].double().cpu(), v[0].double().cpu(), per_head)
+    parts = torch.einsum("hrj,jhd,rhd->hj", attention, v, per_head)
     return [
         Term(TOKEN, block, h + 1, j, float(parts[h, j])) for h in range(parts.shape[0]) for j in range(parts.shape[1])
     ]

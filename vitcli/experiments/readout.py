@@ -62,7 +62,8 @@ def _heads(net: nn.Module, tokens: int) -> list[tuple[float, Tensor, nn.Linear]]
     if net.global_pool == "token":
         pool[0] = 1.0
     else:
-        first = 0 if net.pool_include_prefix else net.num_prefix_tokens
+        # timm's Eva and Beit average the patch rows alone and have no pool_include_prefix
+        first = 0 if getattr(net, "pool_include_prefix", False) else net.num_prefix_tokens
         pool[first:] = 1.0 / (tokens - first)
     return [(1.0, pool, net.head)]
 

@@ -24,14 +24,22 @@ LAZY_FAMILIES = {
 
 def family_of(net: nn.Module) -> Family:
     """The adapter for `net`, or ValueError naming its class when vitcli has none."""
+    from timm.models.beit import Beit
+    from timm.models.eva import Eva
     from timm.models.swin_transformer import SwinTransformer
     from timm.models.vision_transformer import VisionTransformer
 
+    from vitcli.capture.families.timm_beit import TimmBeit
+    from vitcli.capture.families.timm_eva import TimmEva
     from vitcli.capture.families.timm_swin import TimmSwin
     from vitcli.capture.families.timm_vit import TimmViT
 
     if isinstance(net, VisionTransformer):
         return TimmViT(net)
+    if isinstance(net, Eva):
+        return TimmEva(net)
+    if isinstance(net, Beit):
+        return TimmBeit(net)
     if isinstance(net, SwinTransformer):
         return TimmSwin(net)
     adapter = LAZY_FAMILIES.get((type(net).__module__.split(".")[0], type(net).__name__))

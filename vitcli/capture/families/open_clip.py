@@ -118,7 +118,7 @@ def z_tap(attention: nn.MultiheadAttention) -> Tap:
 
 class OpenClipFamily(Family):
     name = "open_clip VisionTransformer"
-    block_sites = ALL_BLOCK_SITES
+    block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
     model_sites = frozenset(("embed.hook_patches",))
 
     net: OpenClipTower
@@ -204,6 +204,7 @@ class OpenClipFamily(Family):
         taps: dict[str, Callable[[], Tap]] = {
             "hook_resid_pre": lambda: Tap(block, "input"),
             "ln1.hook_normalized": lambda: Tap(block.ln_1, "output"),
+            "ln2.hook_normalized": lambda: Tap(block.ln_2, "output"),
             "attn.hook_q": projection(0),
             "attn.hook_k": projection(1),
             "attn.hook_v": projection(2),
