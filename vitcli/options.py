@@ -54,7 +54,13 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
     (
         "model",
         Annotated[
-            str, _option("--model", "-m", help="timm ViT name, hf:FOLDER or open_clip:NAME[/TAG].", panel=MODEL_PANEL)
+            str,
+            _option(
+                "--model",
+                "-m",
+                help="timm ViT name, hf:FOLDER, open_clip:NAME or open_clip:NAME/TAG.",
+                panel=MODEL_PANEL,
+            ),
         ],
         DEFAULT_MODEL,
     ),
