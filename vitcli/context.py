@@ -92,7 +92,7 @@ class CommandContext:
 
     def check(self, jobs: Sequence[Job]) -> None:
         """Every job's usage checks against the architecture, before any weights load."""
-        check_jobs(self.spec.model_name, self.architecture, jobs)
+        check_jobs(self.architecture, jobs)
 
     @property
     def command_line(self) -> str:
@@ -182,14 +182,14 @@ class CommandContext:
         return not self.quiet and sys.stderr.isatty() and images > 0
 
 
-def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job]) -> None:
-    """Every job's usage checks against an architecture (the commands' and the Python API's)."""
+def check_jobs(architecture: Architecture, jobs: Sequence[Job]) -> None:
+    """Every job's usage checks against an architecture (the commands' and the Python API's): first whether the
+    model's family has what the job needs (capture.support), then the job's own settings."""
+    from vitcli.capture.support import require_support
+
     for job in jobs:
-        if job.needs_classes and architecture.num_classes == 0:
-            raise UsageError(
-                f"{model_name} has no classifier head (num_classes=0): `{job.command}` needs class "
-                "scores; `patches` and `attend` work without one"
-            )
+        for use in job.uses():
+            require_support(use, architecture, job.has_embedding_target)
         job.check(architecture)
 
 

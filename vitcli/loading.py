@@ -29,10 +29,10 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from vitcli.capture import family_of
+from vitcli.capture import Family, family_of
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
-from vitcli.model import VitModel, patch_grid
+from vitcli.model import VitModel
 from vitcli.spec import WeightsSpec
 
 WEIGHTS_HELP = (
@@ -67,6 +67,9 @@ class Architecture:
     labels: tuple[str, ...]  # one name per class
     global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
     mlp_hidden: int = 0  # the width of a block's MLP hidden layer (fc1's outputs)
+    family: str = "timm VisionTransformer"  # the family adapter's name (capture.family.Family.name)
+    features: frozenset[str] = frozenset()  # what the family offers (capture.family.FEATURES), for the needs check
+    family_refusal: str | None = None  # why its blocks cannot be taken apart at their sites, if they cannot
 
     @property
     def longest_vector(self) -> int:
@@ -110,25 +113,37 @@ def describe(spec: WeightsSpec) -> Architecture:
     """The architecture facts of a spec without loading weights: timm's meta-device skeleton, and of a checkpoint
     only its header (for the classifier head's shape) and the labels files beside it."""
     skeleton = require_vit(spec.model_name)
-    num_classes = skeleton.num_classes
+    family = family_of(skeleton)
+    num_classes = family.num_classes
     if not spec.random and spec.checkpoint is not None:
         num_classes = head_classes(_read_state(spec.checkpoint, values=False))
+    labels = class_names(spec, num_classes, getattr(skeleton, "pretrained_cfg", {}))
+    return architecture_from(spec.model_name, family, num_classes, labels)
+
+
+def architecture_from(name: str, family: Family, num_classes: int, labels: tuple[str, ...]) -> Architecture:
+    """The facts of a family adapter's net (a skeleton or a loaded model) whose head has `num_classes` classes (a
+    checkpoint's head may have another number than the architecture's own, or none)."""
+    features = family.features - {"class_head"} | ({"class_head"} if num_classes else set())
     return Architecture(
-        name=spec.model_name,
-        depth=len(skeleton.blocks),
-        num_heads=next(module.num_heads for module in skeleton.blocks[0].modules() if hasattr(module, "num_heads")),
-        embed_dim=skeleton.embed_dim,
-        grid=patch_grid(skeleton),
+        name=name,
+        depth=len(family.blocks()),
+        num_heads=family.places()[0].heads,
+        embed_dim=family.width,
+        grid=family.grid(),
         num_classes=num_classes,
-        labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
-        global_pool=skeleton.global_pool,
-        mlp_hidden=mlp_hidden_width(skeleton),
+        labels=labels,
+        global_pool=family.pooling,
+        mlp_hidden=mlp_hidden_width(family),
+        family=family.name,
+        features=frozenset(features),
+        family_refusal=family.refusal(),
     )
 
 
-def mlp_hidden_width(skeleton: VisionTransformer) -> int:
-    fc1 = getattr(getattr(skeleton.blocks[0], "mlp", None), "fc1", None)
-    return int(getattr(fc1, "out_features", 4 * skeleton.embed_dim))
+def mlp_hidden_width(family: Family) -> int:
+    fc1 = getattr(getattr(family.blocks()[0], "mlp", None), "fc1", None)
+    return int(getattr(fc1, "out_features", 4 * family.width))
 
 
 def default_batch_size(device: torch.device) -> int:
@@ -150,10 +165,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 @functools.lru_cache(maxsize=8)
-def require_vit(name: str) -> VisionTransformer:
-    """Refuse unknown names and tags and non-ViT architectures before any weights are fetched; return the checked
-    skeleton (built on the meta device: shapes only, no memory, no weights). Built once per name and process: the
-    usage checks, the loader and compare-patch-size all read it, and none modifies it."""
+def require_vit(name: str) -> torch.nn.Module:
+    """Refuse unknown names and tags and networks no family adapter knows before any weights are fetched; return the
+    checked skeleton (built on the meta device: shapes only, no memory, no weights). Built once per name and process:
+    the usage checks, the loader and compare-patch-size all read it, and none modifies it. What each command needs
+    of the family is checked per command (capture.support)."""
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
         listing = "; `python -c \"import timm; print(timm.list_models('vit_*'))\"` lists ViTs"
@@ -177,9 +193,9 @@ def require_vit(name: str) -> VisionTransformer:
         raise UsageError(
             f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs"
         ) from error
-    if getattr(skeleton, "cls_token", None) is None:
-        raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
-    if type(skeleton.patch_embed) is not PatchEmbed:
+    # A CNN stem (timm's hybrid ViTs) is refused whole: the explicit forward most commands still run multiplies the
+    # pixels by one patch projection.
+    if isinstance(skeleton, VisionTransformer) and type(skeleton.patch_embed) is not PatchEmbed:
         raise UsageError(
             f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels"
         )
