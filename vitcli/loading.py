@@ -124,7 +124,9 @@ def describe(spec: WeightsSpec) -> Architecture:
 def architecture_from(name: str, family: Family, num_classes: int, labels: tuple[str, ...]) -> Architecture:
     """The facts of a family adapter's net (a skeleton or a loaded model) whose head has `num_classes` classes (a
     checkpoint's head may have another number than the architecture's own, or none)."""
-    features = family.features - {"class_head"} | ({"class_head"} if num_classes else set())
+    from vitcli.capture.support import family_features
+
+    features = family_features(family) - {"class_head"} | ({"class_head"} if num_classes else set())
     return Architecture(
         name=name,
         depth=len(family.blocks()),

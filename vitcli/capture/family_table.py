@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from vitcli.capture.families import family_of
-from vitcli.capture.support import COMMAND_NEEDS, missing_features
+from vitcli.capture.support import COMMAND_NEEDS, family_features, missing_features
 
 BEGIN_MARK = "<!-- BEGIN family-table -->"
 END_MARK = "<!-- END family-table -->"
@@ -36,7 +36,7 @@ def family_table() -> str:
         "| " + " | ".join("---" for _ in header) + " |",
     ]
     for command in COMMAND_NEEDS:
-        cells = [_cell(command, family.features) for _, family in columns]
+        cells = [_cell(command, family_features(family)) for _, family in columns]
         lines.append(f"| `{command}` | " + " | ".join(cells) + " |")
     lines += ["", "| feature | what it means | needed by |", "| --- | --- | --- |"]
     for feature, meaning in FEATURES.items():

@@ -15,6 +15,7 @@ from typing import Protocol
 from torch import Tensor, nn
 
 from vitcli.capture.families import family_of
+from vitcli.capture.family import FEATURES, Family
 from vitcli.errors import UsageError
 
 # Each command, or a command with the option that makes it read more of the model, -> the features it needs.
@@ -22,16 +23,17 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
     key: frozenset(needs)
     for key, needs in {
         "predict": {"class_head"},
-        "patches": {"linear_patches"},
+        "patches": {"linear_patches", "plain_rows"},
         "attend": {"pattern"},
+        "attend --view summary": {"pattern", "plain_rows"},
+        "attend --view all-blocks": {"pattern", "plain_rows"},
         "attend --view rollout": {"pattern", "plain_rows"},
         "occlude-quadrants": {"class_head"},
         "occlude-patches": {"class_head"},
         "trace": {"class_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
         "compare": {"class_head", "cls_token", "plain_rows"},
-        "explain": {"class_head"},  # the pixel-gradient methods and occlusion
-        "explain --method gradcam": {"class_head", "plain_rows"},
-        "explain --method attention": {"class_head", "pattern"},
+        "explain": {"class_head"},  # the pixel-gradient methods, Grad-CAM and occlusion
+        "explain --method attention": {"class_head", "pattern", "cls_token"},  # the CLS query's attention
         "explain --method rollout": {"class_head", "pattern", "plain_rows"},
         "explain --method relevance": {"class_head", "pattern", "plain_rows"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows"},
@@ -40,15 +42,15 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
         "ablate": {"class_head", "replace", "heads"},
-        "patch": {"class_head", "replace"},
+        "patch": {"class_head", "replace", "plain_rows"},
         "compare-patch-size": {"linear_patches", "plain_pooling"},
         "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_pooling"},
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},
         "anatomy --view filters": {"linear_patches"},
-        "anatomy --view positions": {"positions"},
-        "anatomy --view distance": {"pattern"},
+        "anatomy --view positions": {"positions", "plain_rows"},
+        "anatomy --view distance": {"pattern", "plain_rows"},
         "anatomy --view cka": {"plain_rows"},
         "anatomy --view pca": {"plain_rows"},
         "anatomy --view norms": {"plain_rows"},
@@ -86,6 +88,17 @@ class Supported(Protocol):
     features: frozenset[str]
 
 
+def family_features(family: Family) -> frozenset[str]:
+    """What `family` offers: its adapter's features and those its grid and pooling tell (a class token at row 0, a
+    head reading the CLS row or the mean), so that no adapter has to repeat them."""
+    told = set()
+    if family.grid().prefix_names[:1] == ("CLS",):
+        told.add("cls_token")
+    if family.pooling in ("token", "avg"):
+        told.add("plain_pooling")
+    return family.features | told
+
+
 def needs_of(command: str) -> frozenset[str]:
     """The features `command` (a key of COMMAND_NEEDS) needs; KeyError names an unknown key."""
     return COMMAND_NEEDS[command]
@@ -94,8 +107,6 @@ def needs_of(command: str) -> frozenset[str]:
 def missing_features(command: str, features: Collection[str], has_embedding_target: bool = False) -> list[str]:
     """The features `command` needs that `features` lacks, in FEATURES' order; an embedding target stands in for a
     class head where the command takes one."""
-    from vitcli.capture.family import FEATURES
-
     needs = set(needs_of(command))
     if has_embedding_target and command.split(" ", 1)[0] in TARGET_COMMANDS:
         needs.discard("class_head")
@@ -143,7 +154,7 @@ class _Facts:
 def facts_of(net: nn.Module, name: str | None = None) -> Supported:
     """The name, family, features and the family's refusal of a net or meta skeleton."""
     family = family_of(net)
-    return _Facts(name or type(net).__name__, family.name, family.features, family.refusal())
+    return _Facts(name or type(net).__name__, family.name, family_features(family), family.refusal())
 
 
 def supported_commands(features: Collection[str]) -> list[str]:

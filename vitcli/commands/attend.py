@@ -79,7 +79,7 @@ class AttendJob(Job):
             self.heads = attention.resolve_heads(architecture.num_heads, self.head, self.all_heads)
 
     def uses(self) -> tuple[str, ...]:
-        return ("attend --view rollout",) if self.view is View.rollout else ("attend",)
+        return ("attend",) if self.view is View.map else (f"attend --view {self.view.value}",)
 
     def name(self) -> str:
         query = setting("q", "all" if self.query is None else _query_part(self.query))

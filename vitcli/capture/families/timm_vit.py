@@ -129,10 +129,6 @@ class TimmViT(Family):
             features.add("linear_patches")
         if self.net.num_classes:
             features.add("class_head")
-        if self.net.cls_token is not None:
-            features.add("cls_token")
-        if self.net.attn_pool is None and self.net.global_pool in ("token", "avg"):
-            features.add("plain_pooling")
         if self.net.pos_embed is not None:
             features.add("positions")
         return frozenset(features)
