@@ -188,8 +188,11 @@ def check_jobs(architecture: Architecture, jobs: Sequence[Job]) -> None:
     from vitcli.capture.support import require_support
 
     for job in jobs:
+        # A job given --target-image, --target-direction or --target-feature (commands.target_options) follows an
+        # embedding target instead of a class: a model without a classifier head can run it.
+        has_embedding_target = getattr(job, "embedding_target", None) is not None
         for use in job.uses():
-            require_support(use, architecture, job.has_embedding_target)
+            require_support(use, architecture, has_embedding_target)
         job.check(architecture)
 
 

@@ -96,12 +96,6 @@ class Job(ABC):
         command with each option that makes it read more of the model (`attend --view rollout`)."""
         return (self.command,)
 
-    @property
-    def has_embedding_target(self) -> bool:
-        """Whether the job follows an embedding target (--target-image, --target-direction, --target-feature)
-        instead of a class: then a model without a classifier head can run it."""
-        return False
-
     def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
         """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
 
