@@ -73,3 +73,13 @@ def test_the_family_table_check_fails_on_a_stale_page(tmp_path):
     fresh = tmp_path / "fresh.md"
     fresh.write_text(page, encoding="utf-8")
     assert subprocess.run([*command[:-1], str(fresh)], check=False).returncode == 0
+
+
+def test_the_refusal_docs_models_shows_is_the_one_vitcli_gives():
+    from vitcli.capture.support import support_refusal
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    siglip = describe(WeightsSpec(model_name="vit_base_patch16_siglip_224", random=True))
+    page = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    assert f"error: {support_refusal('predict', siglip)}\n" in page

@@ -8,7 +8,7 @@ is generated from this table and the family adapters (`python -m vitcli.capture.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -81,11 +81,12 @@ STRUCTURAL = frozenset(("pattern", "heads", "replace", "explicit_forward"))
 
 
 class Supported(Protocol):
-    """What the check reads of a model: an Architecture (loading.describe) or anything with these three facts."""
+    """What the check reads of a model: an Architecture (loading.describe) or the facts of a net (facts_of)."""
 
     name: str
     family: str
     features: frozenset[str]
+    family_refusal: str | None  # why its blocks cannot be taken apart at their sites, if they cannot
 
 
 def family_features(family: Family) -> frozenset[str]:
@@ -99,15 +100,10 @@ def family_features(family: Family) -> frozenset[str]:
     return family.features | told
 
 
-def needs_of(command: str) -> frozenset[str]:
-    """The features `command` (a key of COMMAND_NEEDS) needs; KeyError names an unknown key."""
-    return COMMAND_NEEDS[command]
-
-
 def missing_features(command: str, features: Collection[str], has_embedding_target: bool = False) -> list[str]:
     """The features `command` needs that `features` lacks, in FEATURES' order; an embedding target stands in for a
     class head where the command takes one."""
-    needs = set(needs_of(command))
+    needs = set(COMMAND_NEEDS[command])
     if has_embedding_target and command.split(" ", 1)[0] in TARGET_COMMANDS:
         needs.discard("class_head")
     return [feature for feature in FEATURES if feature in needs and feature not in features]
@@ -119,9 +115,8 @@ def support_refusal(command: str, model: Supported, has_embedding_target: bool =
     if not missing:
         return None
     lacks = "; ".join(LACKS[feature] for feature in missing)
-    reason = getattr(model, "family_refusal", None)
-    if reason is not None and STRUCTURAL & set(missing):
-        lacks += f" ({reason})"
+    if model.family_refusal is not None and STRUCTURAL & set(missing):
+        lacks += f" ({model.family_refusal})"
     message = f"`{command}` needs what {model.name} ({model.family}) lacks: {lacks}"
     if "class_head" in missing and command.split(" ", 1)[0] in TARGET_COMMANDS:
         message += f"; give an embedding target ({TARGET_OPTIONS})"
@@ -160,15 +155,6 @@ def facts_of(net: nn.Module, name: str | None = None) -> Supported:
 def supported_commands(features: Collection[str]) -> list[str]:
     """The commands (without options) that run on a model with `features` in at least their plain form."""
     return list(dict.fromkeys(key.split(" ", 1)[0] for key, needs in COMMAND_NEEDS.items() if needs <= set(features)))
-
-
-def uses_of(command: str, options: Iterable[str]) -> str:
-    """The COMMAND_NEEDS key of `command` with the first of `options` (e.g. "--view rollout") it has a row for."""
-    for option in options:
-        key = f"{command} {option}"
-        if key in COMMAND_NEEDS:
-            return key
-    return command
 
 
 # ----- kept for the commands that take a model apart at its sites
