@@ -181,25 +181,27 @@ def test_trace_follows_a_model_without_a_class_token(cli, photo):
         ["attend", "--view", "rollout", "--query", "1"],
         ["occlude-quadrants"],
         ["trace", "--token", "1"],
-        ["compare", "{image}"],
+        ["compare", "{other}"],
         ["explain", "--method", "gradcam", "--method", "rollout", "--method", "relevance"],
         ["lens"],
         ["explore"],
         ["anatomy", "--view", "distance"],
         ["attribute", "--by", "head"],
         ["ablate"],
-        ["patch", "{image}"],
+        ["patch", "{other}"],
     ],
     ids=lambda arguments: " ".join(arguments[:3]),
 )
-def test_every_pair_runs_or_is_refused_as_the_table_says(cli, photo, workdir, model, arguments):
+def test_every_pair_runs_or_is_refused_as_the_table_says(cli, photo, newfoundland, model, arguments):
     """The table's answer (from the family's features) is what the command does: exit 0, or exit 2 naming it."""
     from vitcli.capture.support import facts_of, missing_features
     from vitcli.loading import require_vit
 
-    key = {"--view": "attend --view rollout", "--by": "attribute --by head"}.get(arguments[1], arguments[0])
+    option = arguments[1] if len(arguments) > 1 else None
+    key = {"--view": "attend --view rollout", "--by": "attribute --by head"}.get(option, arguments[0])
     missing = missing_features(key, facts_of(require_vit(model)).features)
-    result = cli(arguments[0], photo, *(a.format(image=photo) for a in arguments[1:]), "--model", model, *RANDOM)
+    rest = [argument.format(other=newfoundland) for argument in arguments[1:]]
+    result = cli(arguments[0], photo, *rest, "--model", model, *RANDOM)
     if missing:
         assert result.exit_code == 2 and f"`{key}` needs what {model}" in result.stderr, result.stderr
     else:
