@@ -44,13 +44,16 @@ format: $(STAMP)
 	$(BIN)/ruff format vitcli tests benchmarks
 	$(BIN)/ruff check --fix vitcli tests benchmarks
 
-# docs/cli.md is generated from the Typer app; CI fails when the checked-in copy is stale.
+# docs/cli.md is generated from the Typer app, docs/models.md's family table from the family adapters and what each
+# command needs (vitcli/capture/support.py); CI fails when a checked-in copy is stale.
 docs: $(STAMP)
 	$(BIN)/typer vitcli.cli utils docs --name vitcli --title "vitcli command-line reference" --output docs/cli.md
+	$(BIN)/python -m vitcli.capture.family_table docs/models.md
 
 docs-check: $(STAMP)
 	$(BIN)/typer vitcli.cli utils docs --name vitcli --title "vitcli command-line reference" --output $(VENV)/cli.md
 	@diff -u docs/cli.md $(VENV)/cli.md || (echo "docs/cli.md is stale: run 'make docs' and commit it" && exit 1)
+	$(BIN)/python -m vitcli.capture.family_table --check docs/models.md
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/occlusion.py

@@ -121,7 +121,7 @@ def test_swin_is_refused_in_one_line(cli, monkeypatch):
     result = cli("anatomy", *RANDOM_CPU, "--model", "swin_tiny_patch4_window7_224", "--view", "distance", EXAMPLES)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "SwinTransformer, not a Vision Transformer" in lines[0]
+    assert len(lines) == 1 and "lacks: no single token grid through every block" in lines[0]
 
 
 def test_a_run_config_with_anatomy_writes_its_views_and_the_report_shows_them(cli, folder, measured, workdir):

@@ -508,19 +508,15 @@ def test_cli_unknown_view_is_a_usage_error(cli, photo):
 
 
 def test_cli_refuses_a_model_whose_attention_cannot_be_captured(cli, photo, monkeypatch):
-    import timm
-
+    """Before the model loads (capture.support): it was refused after loading, with exit 1, before issue 28."""
     import vitcli.loading
-    import vitcli.model
-    from vitcli.spec import WeightsSpec
 
     name = "vit_small_patch16_18x2_224"  # parallel blocks: two attentions side by side in each block
-    net = timm.create_model(name, pretrained=False, depth=1)
-    parallel = vitcli.model.VitModel(net, WeightsSpec(model_name=name, random=True), torch.device("cpu"), 8)
-    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args: parallel)
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     result = cli("attend", photo, "--model", name, "--block", "1", "--head", "1", *RANDOM_CPU)
-    assert result.exit_code == 1
-    assert f"cannot capture attention in {name}: block 1 is a ParallelThingsBlock" in result.stderr
+    assert result.exit_code == 2
+    assert f"`attend` needs what {name} (timm VisionTransformer) lacks: no attention probabilities" in result.stderr
+    assert "(block 1 (ParallelThingsBlock) has no norm1" in result.stderr
     assert result.stdout == ""
 
 

@@ -53,3 +53,33 @@ def test_make_demo_offline_points_to_demo_offline(tmp_path):
     assert "error: no weights for vit_tiny_patch16_224" in result.stderr
     assert re.search(r"offline\?\): 'make demo-offline' runs the same with random weights", result.stderr)
     assert RANDOM_CPU[0] not in result.stdout
+
+
+def test_the_family_table_in_docs_models_is_what_the_code_gives():
+    """docs/models.md's family x command table is generated (`make docs`) from COMMAND_NEEDS and the adapters."""
+    from vitcli.capture.family_table import page_with_table
+
+    page = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    assert page == page_with_table(page), "docs/models.md's family table is stale: run 'make docs' and commit it"
+
+
+def test_the_family_table_check_fails_on_a_stale_page(tmp_path):
+    page = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    stale = tmp_path / "models.md"
+    stale.write_text(page.replace("| `predict` | yes |", "| `predict` | no |", 1), encoding="utf-8")
+    command = [sys.executable, "-m", "vitcli.capture.family_table", "--check", str(stale)]
+    checked = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert checked.returncode == 1 and "stale" in checked.stderr
+    fresh = tmp_path / "fresh.md"
+    fresh.write_text(page, encoding="utf-8")
+    assert subprocess.run([*command[:-1], str(fresh)], check=False).returncode == 0
+
+
+def test_the_refusal_docs_models_shows_is_the_one_vitcli_gives():
+    from vitcli.capture.support import support_refusal
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    siglip = describe(WeightsSpec(model_name="vit_base_patch16_siglip_224", random=True))
+    page = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    assert f"error: {support_refusal('predict', siglip)}\n" in page

@@ -18,6 +18,11 @@ from vitcli.capture import block_site, caching, family_of, hooks
 from conftest import RANDOM_CPU, result_files
 
 SWIN = "swin_tiny_patch4_window7_224"
+# What every command written for one token grid through every block says of Swin (capture.support).
+GRIDS = (
+    "no single token grid through every block (windows or patch merging); "
+    "its stages have the grids 56x56, 28x28, 14x14, 7x7"
+)
 UNSHIFTED, SHIFTED = 3, 4  # blocks of stage 2 (28x28 grid): block 4 rolls its windows by (3, 3)
 
 
@@ -196,12 +201,9 @@ def test_attend_shows_the_query_on_its_blocks_stage_grid(cli, workdir, newfoundl
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (
-            ["--view", "rollout"],
-            "rollout multiplies attention across blocks on one token grid; Swin's stages have different grids",
-        ),
-        (["--view", "all-blocks", "--head", "1", "--query", "5"], "use --view map --block B"),
-        (["--view", "summary", "--query", "5"], "use --view map --block B"),
+        (["--view", "rollout"], GRIDS),
+        (["--view", "all-blocks", "--head", "1", "--query", "5"], GRIDS),
+        (["--view", "summary", "--query", "5"], GRIDS),
         (["--block", "3", "--head", "1", "--query", "785"], "patches are P1..P784"),
         (["--block", "11", "--head", "25", "--query", "5"], "between 1 and 24"),
         (["--block", "3", "--head", "1"], "this model has no class token"),
@@ -286,9 +288,9 @@ def test_occlusion_covers_the_last_stages_tokens_through_the_models_own_forward(
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["-M", "rollout"], "rollout multiplies attention across blocks on one token grid"),
-        (["-M", "relevance"], "rollout multiplies attention across blocks on one token grid"),
-        (["-M", "attention"], "has no class token"),
+        (["-M", "rollout"], GRIDS),
+        (["-M", "relevance"], GRIDS),
+        (["-M", "attention"], "lacks: no class token"),
         (
             ["-M", "gradcam", "--block", "10"],
             "reads a block of the last stage, whose 7x7 grid every map is drawn on: 11..12",
@@ -317,8 +319,8 @@ def test_commands_written_for_one_grid_refuse_swin_before_loading(cli, newfoundl
     result = cli(command, newfoundland, *rest, "--model", SWIN, *RANDOM_CPU)
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert f"`{command}` follows every token's row through the blocks on one token grid" in result.stderr
-    assert "(56x56, 28x28, 14x14, 7x7)" in result.stderr
+    assert f"needs what {SWIN} (timm SwinTransformer) lacks: " in result.stderr
+    assert GRIDS in result.stderr
 
 
 def test_describe_gives_swins_stages_before_any_weights_load():

@@ -26,4 +26,5 @@ def test_commands_without_classes_work_and_the_others_refuse_in_one_line(cli, ph
         refused = cli(*command, photo, *HEADLESS)
         assert refused.exit_code == 2, (command, refused.stderr)
         assert refused.stderr.count("\n") == 1
-        assert "has no classifier head (num_classes=0)" in refused.stderr and "`patches` and `attend`" in refused.stderr
+        assert "(timm VisionTransformer) lacks: no classifier head (num_classes=0)" in refused.stderr
+        assert "it runs patches, attend" in refused.stderr

@@ -260,6 +260,8 @@ DESCRIBED = [
 
 @pytest.mark.parametrize("spec", DESCRIBED, ids=[spec.model_name for spec in DESCRIBED])
 def test_describe_gives_the_loaded_models_facts(spec):
+    from vitcli.capture.support import family_features
+
     architecture = describe(spec)
     model = load_model(spec, "cpu")
     assert architecture == Architecture(
@@ -272,8 +274,9 @@ def test_describe_gives_the_loaded_models_facts(spec):
         labels=tuple(model.labels),
         global_pool=model.net.global_pool,
         mlp_hidden=model.net.blocks[0].mlp.fc1.out_features,
-        family=model.family.name,
-        features=model.family.features,
+        family="timm VisionTransformer",
+        features=family_features(model.family) - ({"class_head"} if model.num_classes == 0 else set()),
+        family_refusal=None,
         places=tuple(model.family.places()),
         embedding_width=len(model.family.pooled(torch.zeros(1, *model.data_config["input_size"]))[0]),
     )

@@ -232,7 +232,6 @@ def test_prefix_tokens_are_named_and_patches_numbered_after_them():
     ("name", "message"),
     [
         ("resnet18", "not a Vision Transformer"),
-        ("vit_medium_patch16_gap_256", "no class token"),
         ("vit_tiny_r_s16_p8_224", "embeds patches with HybridEmbed"),
         ("vit_tiny_patch16_244", "did you mean vit_tiny_patch16_224"),
     ],

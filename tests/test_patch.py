@@ -268,8 +268,8 @@ def no_model_load(monkeypatch):
         (["{dog}", "{copy}"], "CLEAN and CORRUPT are the same image"),
         (
             ["{dog}", "{cat}", "--model", "vit_small_patch16_18x2_224"],
-            "vit_small_patch16_18x2_224 is not a pre-norm ViT vitcli can take apart: block 1 (ParallelThingsBlock) "
-            "has no norm1, attn, attn.qkv, attn.proj",
+            "`patch` needs what vit_small_patch16_18x2_224 (timm VisionTransformer) lacks: no sites vitcli can "
+            "replace (block 1 (ParallelThingsBlock) has no norm1, attn, attn.qkv, attn.proj",
         ),
     ],
     ids=["one image", "three images", "contrast = target", "same path", "same bytes", "no attn.proj"],

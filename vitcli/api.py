@@ -161,7 +161,7 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     if not isinstance(command, str) or command not in JOB_BUILDERS:
         raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(sorted(JOB_BUILDERS))})")
     jobs = JOB_BUILDERS[command](**_options(command, JOB_BUILDERS[command], options))
-    check_jobs(model.name, architecture_of(model), jobs)
+    check_jobs(architecture_of(model), jobs)
     if len(jobs) != 1:
         raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
     (job,) = jobs
@@ -216,23 +216,9 @@ def _command_line_parameters(command: str) -> dict[str, Any]:
 
 def architecture_of(model: VitModel) -> Architecture:
     """The loaded model's own facts, for the jobs' checks (a model built in code may differ from its name's)."""
-    from vitcli.loading import Architecture, embedding_width, mlp_hidden_width
+    from vitcli.loading import architecture_from
 
-    return Architecture(
-        name=model.name,
-        depth=model.depth,
-        num_heads=model.num_heads,
-        embed_dim=model.embed_dim,
-        grid=model.grid,
-        num_classes=model.num_classes,
-        labels=tuple(model.labels),
-        global_pool=model.family.pooling,
-        mlp_hidden=mlp_hidden_width(model.family.blocks()[0], model.embed_dim),
-        family=model.family.name,
-        features=model.family.features,
-        places=tuple(model.family.places()) if model.family.refusal() is None else (),
-        embedding_width=embedding_width(model.net),
-    )
+    return architecture_from(model.name, model.family, model.num_classes, tuple(model.labels))
 
 
 class _Memory:
@@ -367,7 +353,7 @@ def anatomy(
     paths = list(dict.fromkeys(resolve_images([str(item) for item in given]))) if given else []
     converted = _options("anatomy", anatomy_jobs, options)
     jobs = anatomy_jobs(**converted, with_images=bool(paths))
-    check_jobs(model.name, architecture_of(model), jobs)
+    check_jobs(architecture_of(model), jobs)
     check_image_count([job.view for job in jobs], len(paths))  # type: ignore[attr-defined]
     call = _call_text("anatomy", None, {"images": [str(item) for item in given], **options})
     results = {job.view.value: _compute_and_publish(job, model, None, call, paths) for job in jobs}  # type: ignore[attr-defined]

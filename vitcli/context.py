@@ -92,7 +92,7 @@ class CommandContext:
 
     def check(self, jobs: Sequence[Job]) -> None:
         """Every job's usage checks against the architecture, before any weights load."""
-        check_jobs(self.spec.model_name, self.architecture, jobs)
+        check_jobs(self.architecture, jobs)
 
     @property
     def command_line(self) -> str:
@@ -182,20 +182,17 @@ class CommandContext:
         return not self.quiet and sys.stderr.isatty() and images > 0
 
 
-def check_jobs(model_name: str, architecture: Architecture, jobs: Sequence[Job]) -> None:
-    """Every job's usage checks against an architecture (the commands' and the Python API's)."""
-    for job in jobs:
-        takes_targets = hasattr(job, "embedding_target")  # commands.target_options.FollowsEmbedding
-        if job.needs_classes and architecture.num_classes == 0 and getattr(job, "embedding_target", None) is None:
-            from vitcli.targets import headless_refusal
+def check_jobs(architecture: Architecture, jobs: Sequence[Job]) -> None:
+    """Every job's usage checks against an architecture (the commands' and the Python API's): first whether the
+    model's family has what the job needs (capture.support), then the job's own settings."""
+    from vitcli.capture.support import require_support
 
-            raise UsageError(headless_refusal(model_name, job.command, takes_targets))
-        if architecture.staged and job_needs_one_grid(job):
-            grids = ", ".join(dict.fromkeys(f"{place.grid.rows}x{place.grid.cols}" for place in architecture.places))
-            raise UsageError(
-                f"`{job.command}` follows every token's row through the blocks on one token grid; the stages of "
-                f"{model_name} have their own grids ({grids}): see docs/models.md"
-            )
+    for job in jobs:
+        # A job given --target-image, --target-direction or --target-feature (commands.target_options) follows an
+        # embedding target instead of a class: a model without a classifier head can run it.
+        has_embedding_target = getattr(job, "embedding_target", None) is not None
+        for use in job.uses():
+            require_support(use, architecture, has_embedding_target)
         job.check(architecture)
 
 

@@ -14,6 +14,8 @@ from vitcli.errors import UsageError
 # [0-9], not \d: \d also matches digits of other scripts ("٣"), which int() reads and no name should carry.
 _GRID_POSITION = re.compile(r"r([0-9]+)c([0-9]+)")
 _PATCH_NUMBER = re.compile(r"p?([0-9]+)")
+# Names a prefix token may have on some model: the class token, the distillation token, registers R1..Rn.
+_PREFIX_NAME = re.compile(r"cls|dist|r[1-9][0-9]*")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,26 @@ class PatchGrid:
     def token_name(self, token: int) -> str:
         patch = self.patch_of_token(token)
         return self.prefix_names[token] if patch is None else f"P{patch}"
+
+    def token_names(self) -> str:
+        """Every token's name in order, registers and patches as runs: "CLS, R1..R4, P1..P1369"."""
+        registers = [name for name in self.prefix_names if _PREFIX_NAME.fullmatch(name.lower()) and name[0] == "R"]
+        others = [name for name in self.prefix_names if name not in registers]
+        runs = [f"{registers[0]}..{registers[-1]}"] if len(registers) > 2 else registers
+        return ", ".join([*others, *runs, f"P1..P{self.num_patches}"])
+
+    def prefix_token(self, text: str) -> int | None:
+        """The token of a prefix token's name (`cls`, `dist`, `r2`, any letter case), or None when `text` names none;
+        UsageError when it names a prefix token this model does not have (R2 on a model without registers)."""
+        cleaned = text.strip().lower()
+        names = [name.lower() for name in self.prefix_names]
+        if cleaned in names:
+            return names.index(cleaned)
+        if _PREFIX_NAME.fullmatch(cleaned):
+            kind = {"cls": "class token (CLS)", "dist": "distillation token (DIST)"}.get(cleaned)
+            lacking = kind or f"register token {cleaned.upper()}"
+            raise UsageError(f"this model has no {lacking}; its tokens are {self.token_names()}")
+        return None
 
     def describe_patch(self, patch: int) -> dict[str, int | str]:
         """The numbering facts of one patch, in the order every table and file uses."""

@@ -91,6 +91,11 @@ class Job(ABC):
     def settings(self) -> dict[str, Any]:
         """The settings as JSON values, for the files' provenance, the index and a run's manifest."""
 
+    def uses(self) -> tuple[str, ...]:
+        """The keys of capture.support.COMMAND_NEEDS that say what this job needs of the model: the command, or the
+        command with each option that makes it read more of the model (`attend --view rollout`)."""
+        return (self.command,)
+
     def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
         """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
 

@@ -29,11 +29,11 @@ from timm.layers import PatchEmbed
 from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
-from vitcli.capture import BlockPlace, family_of
+from vitcli.capture import BlockPlace, Family, family_of
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.loading_towers import is_tower
-from vitcli.model import VitModel, patch_grid
+from vitcli.model import VitModel
 from vitcli.spec import WeightsSpec
 
 WEIGHTS_HELP = (
@@ -68,8 +68,10 @@ class Architecture:
     labels: tuple[str, ...]  # one name per class
     global_pool: str  # timm's pooling of the final tokens: "token" (CLS), "avg", "map", ...
     mlp_hidden: int = 0  # the width of a block's MLP hidden layer (fc1's outputs)
-    family: str = ""  # the family adapter's name (capture.Family.name)
-    features: frozenset[str] = frozenset()  # what the family offers (capture.family.FEATURES)
+    family: str = "timm VisionTransformer"  # the family adapter's name (capture.family.Family.name)
+    features: frozenset[str] = frozenset()  # what the family offers (capture.family.FEATURES), for the needs check
+    family_refusal: str | None = None  # why its blocks cannot be taken apart at their sites, if they cannot
+
     places: tuple[BlockPlace, ...] = ()  # every block's stage, grid and heads (Swin's stages differ)
 
     def place(self, block: int) -> BlockPlace:
@@ -139,33 +141,42 @@ def describe(spec: WeightsSpec) -> Architecture:
 
         return describe_tower(spec)
     skeleton = require_vit(spec.model_name)
-    num_classes = skeleton.num_classes
+    family = family_of(skeleton)
+    num_classes = family.num_classes
     if not spec.random and spec.checkpoint is not None:
         num_classes = head_classes(_read_state(spec.checkpoint, values=False))
-    family = family_of(skeleton)
-    blocks = family.blocks()
-    # A family's places need its standard blocks; a refused family still names its depth and heads.
-    places = tuple(family.places()) if family.refusal() is None else ()
+    labels = class_names(spec, num_classes, getattr(skeleton, "pretrained_cfg", {}))
+    return architecture_from(spec.model_name, family, num_classes, labels)
+
+
+def architecture_from(name: str, family: Family, num_classes: int, labels: tuple[str, ...]) -> Architecture:
+    """The facts of a family adapter's net (a skeleton or a loaded model) whose head has `num_classes` classes (a
+    checkpoint's head may have another number than the architecture's own, or none)."""
+    from vitcli.capture.support import family_features
+
+    features = family_features(family) - {"class_head"} | ({"class_head"} if num_classes else set())
     return Architecture(
-        name=spec.model_name,
-        depth=len(blocks),
-        num_heads=next(module.num_heads for module in blocks[0].modules() if hasattr(module, "num_heads")),
+        name=name,
+        depth=len(family.blocks()),
+        num_heads=next(module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads")),
         embed_dim=family.width,
-        grid=patch_grid(skeleton),
+        grid=family.grid(),
         num_classes=num_classes,
-        labels=class_names(spec, num_classes, skeleton.pretrained_cfg),
+        labels=labels,
         global_pool=family.pooling,
-        mlp_hidden=mlp_hidden_width(blocks[0], family.width),
+        mlp_hidden=mlp_hidden_width(family),
         family=family.name,
-        features=family.features,
-        places=places,
-        embedding_width=embedding_width(skeleton),
+        features=frozenset(features),
+        family_refusal=family.refusal(),
+        # A family's places need its standard blocks; a refused family still names its depth and heads.
+        places=tuple(family.places()) if family.refusal() is None else (),
+        embedding_width=embedding_width(family.net),
     )
 
 
-def mlp_hidden_width(block: torch.nn.Module, width: int) -> int:
-    fc1 = getattr(getattr(block, "mlp", None), "fc1", None)
-    return int(getattr(fc1, "out_features", 4 * width))
+def mlp_hidden_width(family: Family) -> int:
+    fc1 = getattr(getattr(family.blocks()[0], "mlp", None), "fc1", None)
+    return int(getattr(fc1, "out_features", 4 * family.width))
 
 
 def embedding_width(net: torch.nn.Module) -> int:
@@ -192,10 +203,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 @functools.lru_cache(maxsize=8)
-def require_vit(name: str) -> VisionTransformer:
-    """Refuse unknown names and tags and non-ViT architectures before any weights are fetched; return the checked
-    skeleton (built on the meta device: shapes only, no memory, no weights). Built once per name and process: the
-    usage checks, the loader and compare-patch-size all read it, and none modifies it."""
+def require_vit(name: str) -> torch.nn.Module:
+    """Refuse unknown names and tags and networks no family adapter knows before any weights are fetched; return the
+    checked skeleton (built on the meta device: shapes only, no memory, no weights). Built once per name and process:
+    the usage checks, the loader and compare-patch-size all read it, and none modifies it. What each command needs
+    of the family is checked per command (capture.support)."""
     if is_tower(name):  # hf:FOLDER, open_clip:NAME: wrapped to read as a timm ViT (vitcli.loading_towers)
         from vitcli.loading_towers import tower_skeleton
 
@@ -223,11 +235,9 @@ def require_vit(name: str) -> VisionTransformer:
         raise UsageError(
             f"{name} is a {type(skeleton).__name__}, not a Vision Transformer; vitcli inspects timm ViTs"
         ) from error
-    # Swin has no class token and pools by average; the refusal stays for timm's VisionTransformer until each
-    # command says what it needs of a family.
-    if isinstance(skeleton, VisionTransformer) and getattr(skeleton, "cls_token", None) is None:
-        raise UsageError(f"{name} has no class token; vitcli follows ViTs that classify from a CLS token")
-    if type(skeleton.patch_embed) is not PatchEmbed:
+    # A CNN stem (timm's hybrid ViTs) is refused whole: the explicit forward most commands still run multiplies the
+    # pixels by one patch projection.
+    if isinstance(skeleton, VisionTransformer) and type(skeleton.patch_embed) is not PatchEmbed:
         raise UsageError(
             f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels"
         )

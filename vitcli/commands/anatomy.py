@@ -61,6 +61,9 @@ class AnatomyJob(Job):
     def check_images(self, count: int) -> None:
         check_image_count(self.view, count)
 
+    def uses(self) -> tuple[str, ...]:
+        return (f"anatomy --view {self.view.value}",)
+
     def name(self) -> str:
         if self.view not in VIEW_SETTING:
             return result_name(f"anatomy-{self.view.value}")

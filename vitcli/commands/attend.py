@@ -84,6 +84,9 @@ class AttendJob(Job):
             self.blocks = attention.resolve_blocks(architecture.depth, self.block, self.view is View.all_blocks)
             self.heads = attention.resolve_heads(num_heads, self.head, self.all_heads)
 
+    def uses(self) -> tuple[str, ...]:
+        return ("attend",) if self.view is View.map else (f"attend --view {self.view.value}",)
+
     def name(self) -> str:
         query = setting("q", "all" if self.query is None else _query_part(self.query))
         top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)

@@ -89,6 +89,9 @@ class AttributeJob(FollowsEmbedding, Job):
         self.target = resolve_target_text(architecture, self.target_text)
         self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
 
+    def uses(self) -> tuple[str, ...]:
+        return ("attribute",) if self.by == "block" else (f"attribute --by {self.by}",)
+
     def name(self) -> str:
         return result_name(
             "attribute",

@@ -90,6 +90,9 @@ class AdaptedPatchSizeJob(PatchSizeJob):
     needs_classes = True
     scope = "image"
 
+    def uses(self) -> tuple[str, ...]:
+        return ("compare-patch-size --adapt",)
+
     def name(self) -> str:
         return result_name(super().name(), "adapted")
 

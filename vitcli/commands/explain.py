@@ -150,6 +150,12 @@ class ExplainJob(FollowsEmbedding, Job):
         if self.contrast is not None and self.contrast == self.target:
             raise UsageError(f"--contrast {self.contrast_text} is the target class {self.target}: choose another class")
 
+    def uses(self) -> tuple[str, ...]:
+        from vitcli.capture.support import COMMAND_NEEDS
+
+        by_method = [f"explain --method {method}" for method in self.methods]
+        return ("explain", *(key for key in by_method if key in COMMAND_NEEDS))
+
     def name(self) -> str:
         reads_block = {"gradcam", "attention"} & set(self.methods)
         covers = "occlusion" in self.methods or self.faithfulness

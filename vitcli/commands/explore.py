@@ -43,6 +43,9 @@ class ExploreJob(Job):
         if self.explain is not None:
             self.explain.check(architecture)
 
+    def uses(self) -> tuple[str, ...]:
+        return ("explore --explain",) if self.explain is not None else ("explore",)
+
     def name(self) -> str:
         every = self.blocks == list(range(1, self.depth + 1))  # `all`, `1-12` and no --blocks: one name
         blocks = setting("b", None if every else _blocks_part(self.blocks))

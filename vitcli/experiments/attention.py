@@ -51,10 +51,12 @@ def token_query(grid: PatchGrid, token: int) -> Query:
 
 def parse_query(grid: PatchGrid, text: str) -> Query:
     """A query given as a patch (`74`, `P74`), a zero-based grid position (`r5c3`) or a prefix token name (`cls`)."""
-    prefixes = {name.lower(): token for token, name in enumerate(grid.prefix_names)}
-    cleaned = text.strip().lower()
-    if cleaned in prefixes:
-        return token_query(grid, prefixes[cleaned])
+    try:
+        prefix = grid.prefix_token(text)
+    except UsageError as error:
+        raise UsageError(f"--query {text.strip()}: {error}") from error
+    if prefix is not None:
+        return token_query(grid, prefix)
     try:
         patch = grid.parse_patch(text.strip())
     except UsageError as error:
@@ -62,7 +64,8 @@ def parse_query(grid: PatchGrid, text: str) -> Query:
             raise UsageError(f"--query {text}: {error} (this model has no class token)") from error
         names = ", ".join(name.lower() for name in grid.prefix_names)
         which = "the class token" if grid.num_prefix == 1 else "the prefix tokens"
-        raise UsageError(f"--query {text}: {error}; or {names} for {which}") from error
+        prefixes = f"; or {names} for {which}" if names else ""
+        raise UsageError(f"--query {text}: {error}{prefixes}") from error
     return token_query(grid, grid.token_of_patch(patch))
 
 

@@ -87,25 +87,33 @@ class TraceResult:
 
 def parse_tokens(grid: PatchGrid, texts: Sequence[str]) -> list[FollowedToken]:
     """Tokens from `--token` values: comma-separated `0` or `cls`, prefix names (`r1`, `dist`), `63`, `P63`, `r4c6`."""
-    prefixes = {name.lower(): token for token, name in enumerate(grid.prefix_names)}
     followed: list[FollowedToken] = []
     for text in texts:
         for part in (piece.strip() for piece in text.split(",")):
             if not part:
                 continue
-            if part.lower() in prefixes or part == "0":
-                token = prefixes.get(part.lower(), 0)
-                entry = FollowedToken(token, grid.prefix_names[token], None)
+            try:
+                prefix = grid.prefix_token(part)
+            except UsageError as error:
+                raise UsageError(f"--token {part}: {error}") from error
+            if prefix is not None or part == "0":
+                entry = _token(grid, prefix or 0)
             else:
                 try:
                     patch = grid.parse_patch(part)
                 except UsageError as error:
-                    names = ", ".join(name.lower() for name in grid.prefix_names)
-                    raise UsageError(f"--token {part}: {error}; or 0, {names}") from error
+                    names = ", ".join(["0", *(name.lower() for name in grid.prefix_names)])
+                    prefixes = f"; or {names}" if grid.prefix_names else ""
+                    raise UsageError(f"--token {part}: {error}{prefixes}") from error
                 entry = FollowedToken(grid.token_of_patch(patch), f"P{patch}", patch)
             if entry not in followed:
                 followed.append(entry)
-    return followed or [FollowedToken(0, grid.prefix_names[0], None)]
+    return followed or [_token(grid, 0)]
+
+
+def _token(grid: PatchGrid, token: int) -> FollowedToken:
+    """Token 0 is CLS, or P1 on a model without prefix tokens."""
+    return FollowedToken(token, grid.token_name(token), grid.patch_of_token(token))
 
 
 def parse_blocks(depth: int, texts: Sequence[str]) -> list[int]:
@@ -274,11 +282,16 @@ def _embed(tracer: _Tracer, model: VitModel, image: PreparedImage, x: Tensor) ->
         projection = net.patch_embed.norm(projection)
         captured = tracer.capture("patch_embed").reshape(grid.num_patches, -1)
         tracer.patches("embed.norm", "patch LayerNorm", projection, "patch_embed", captured)
-    prefix = [net.cls_token[0]] + ([net.reg_token[0]] if net.reg_token is not None else [])
-    prefix_rows = torch.cat(prefix)
-    tracer.prefix("embed.prefix", "class token parameter" + (" and register tokens" if len(prefix) > 1 else ""),
-                  prefix_rows)  # fmt: skip
-    rows = torch.cat([prefix_rows, projection])
+    # In timm's order: CLS, DIST, registers; a model without any (SigLIP) has patch rows only.
+    parameters = {"class token": net.cls_token, "distillation token": getattr(net, "dist_token", None),
+                  "register tokens": net.reg_token}  # fmt: skip
+    prefix = {name: token[0] for name, token in parameters.items() if token is not None}
+    rows = projection
+    if prefix:
+        first, *others = prefix
+        name = " and ".join([f"{first} parameter", *others])  # "class token parameter and register tokens"
+        prefix_rows = tracer.prefix("embed.prefix", name, torch.cat(list(prefix.values())))
+        rows = torch.cat([prefix_rows, projection])
     if net.pos_embed is not None:
         position = net.pos_embed
         if net.dynamic_img_size:

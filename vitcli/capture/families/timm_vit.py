@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import timm
 import torch
-from timm.layers import Attention, PatchEmbed
+from timm.layers import Attention, Mlp, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
@@ -121,11 +121,20 @@ class TimmViT(Family):
         standard = self.refusal() is None
         features = {"plain_rows"}
         if standard:
-            features |= {"pattern", "heads", "replace", "explicit_forward"}
+            features |= {"pattern", "heads", "replace"}
+        # trace writes out VisionTransformer's own forward: a subclass (DeiT's distilled one) or another MLP differs.
+        if (
+            standard
+            and type(self.net) is VisionTransformer
+            and all(type(block.mlp) is Mlp for block in self.net.blocks)
+        ):
+            features.add("explicit_forward")
         if type(self.net.patch_embed) is PatchEmbed:
             features.add("linear_patches")
         if self.net.num_classes:
             features.add("class_head")
+        if self.net.pos_embed is not None:
+            features.add("positions")
         return frozenset(features)
 
     def blocks(self) -> list[nn.Module]:
@@ -133,9 +142,11 @@ class TimmViT(Family):
 
     def places(self) -> list[BlockPlace]:
         grid = self.grid()
+        # The module that has the heads: `attn`, or the attentions inside a block refusal() names (parallel blocks).
+        attentions = [next(part for part in block.modules() if hasattr(part, "num_heads")) for block in self.net.blocks]
         return [
-            BlockPlace(number, 1, grid, block.attn.num_heads, block.attn.head_dim)
-            for number, block in enumerate(self.net.blocks, start=1)
+            BlockPlace(number, 1, grid, attention.num_heads, attention.head_dim)
+            for number, attention in enumerate(attentions, start=1)
         ]
 
     def grid(self) -> PatchGrid:
