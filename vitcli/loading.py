@@ -158,7 +158,7 @@ def architecture_from(name: str, family: Family, num_classes: int, labels: tuple
     return Architecture(
         name=name,
         depth=len(family.blocks()),
-        num_heads=next(module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads")),
+        num_heads=heads_of(family),
         embed_dim=family.width,
         grid=family.grid(),
         num_classes=num_classes,
@@ -177,6 +177,14 @@ def architecture_from(name: str, family: Family, num_classes: int, labels: tuple
 def mlp_hidden_width(family: Family) -> int:
     fc1 = getattr(getattr(family.blocks()[0], "mlp", None), "fc1", None)
     return int(getattr(fc1, "out_features", 4 * family.width))
+
+
+def heads_of(family: Family) -> int:
+    """Block 1's heads: from the family's places, or of a refused family (whose blocks have no places) from the first
+    module of block 1 that names them."""
+    if family.refusal() is None:
+        return family.places()[0].heads
+    return next((module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads")), 0)
 
 
 def embedding_width(net: torch.nn.Module) -> int:

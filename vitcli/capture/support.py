@@ -59,7 +59,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
 
 # Commands whose class can be an embedding target instead (--target-image, --target-direction, --target-feature).
 TARGET_COMMANDS = frozenset(("explain", "occlude-quadrants", "occlude-patches", "attribute", "ablate", "patch"))
-TARGET_OPTIONS = "--target-image, --target-direction or --target-feature"
+TARGET_OPTIONS = "--target-image REF, --target-direction FILE.npy or --target-feature N"
 
 # What a model lacking a feature has not, as a refusal says it.
 LACKS = {

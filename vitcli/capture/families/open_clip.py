@@ -68,6 +68,11 @@ class OpenClipTower(nn.Module):
     def embed_dim(self) -> int:
         return int(self.visual.transformer.width)
 
+    @property
+    def num_features(self) -> int:
+        """The image embedding's width (after the projection, when the tower has one): what embedding targets read."""
+        return int(self.visual.output_dim) if self.visual.proj is not None else self.embed_dim
+
     def forward(self, inputs: Tensor) -> Tensor:
         return self.visual(inputs)
 
