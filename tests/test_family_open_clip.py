@@ -138,6 +138,11 @@ def test_the_tower_is_described_without_loading(monkeypatch):
     assert (architecture.depth, architecture.num_heads, architecture.embed_dim) == (12, 6, 384)
     assert (architecture.grid.rows, architecture.grid.prefix_names, architecture.num_classes) == (7, ("CLS",), 0)
     assert architecture.mlp_hidden == 1536
+    # Seen to fail: the needs check read the defaults of a timm ViT (no features), so every command was refused.
+    assert (architecture.family, architecture.family_refusal) == ("open_clip VisionTransformer", None)
+    assert {"pattern", "heads", "replace", "plain_rows", "linear_patches", "cls_token"} <= architecture.features
+    assert "class_head" not in architecture.features and architecture.embedding_width == 384
+    assert len(architecture.places) == 12
 
 
 # ----- bad inputs: one line, exit 2, before any weights load

@@ -149,9 +149,12 @@ def describe(spec: WeightsSpec) -> Architecture:
     return architecture_from(spec.model_name, family, num_classes, labels)
 
 
-def architecture_from(name: str, family: Family, num_classes: int, labels: tuple[str, ...]) -> Architecture:
+def architecture_from(
+    name: str, family: Family, num_classes: int, labels: tuple[str, ...], embedding: int | None = None
+) -> Architecture:
     """The facts of a family adapter's net (a skeleton or a loaded model) whose head has `num_classes` classes (a
-    checkpoint's head may have another number than the architecture's own, or none)."""
+    checkpoint's head may have another number than the architecture's own, or none); `embedding` is the pooled
+    embedding's width where the net is not timm's (hf:, open_clip:)."""
     from vitcli.capture.support import family_features
 
     features = family_features(family) - {"class_head"} | ({"class_head"} if num_classes else set())
@@ -170,7 +173,7 @@ def architecture_from(name: str, family: Family, num_classes: int, labels: tuple
         family_refusal=family.refusal(),
         # A family's places need its standard blocks; a refused family still names its depth and heads.
         places=tuple(family.places()) if family.refusal() is None else (),
-        embedding_width=embedding_width(family.net),
+        embedding_width=embedding or embedding_width(family.net),
     )
 
 

@@ -64,6 +64,7 @@ FEATURES = {
     "cls_token": "a class token (CLS) at row 0",
     "positions": "learned absolute position embeddings added to the patch rows",
     "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",
+    "attention_pooling": "an attention pooling (timm's AttentionPoolLatent) whose probabilities can be captured",
 }
 
 

@@ -28,6 +28,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attend --view summary": {"pattern", "plain_rows"},
         "attend --view all-blocks": {"pattern", "plain_rows"},
         "attend --view rollout": {"pattern", "plain_rows"},
+        "attend --pool": {"attention_pooling"},
         "occlude-quadrants": {"class_head"},
         "occlude-patches": {"class_head"},
         "trace": {"class_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
@@ -73,6 +74,7 @@ LACKS = {
     "cls_token": "no class token",
     "positions": "no learned absolute position embeddings",
     "plain_pooling": "no head reading the CLS row or the mean of the final rows (it pools by attention)",
+    "attention_pooling": "no attention pooling (its pooled embedding is the CLS row or the mean of the final rows)",
 }
 
 
@@ -97,6 +99,8 @@ def family_features(family: Family) -> frozenset[str]:
         told.add("cls_token")
     if family.pooling in ("token", "avg"):
         told.add("plain_pooling")
+    if "pool.hook_pattern" in family.model_sites:
+        told.add("attention_pooling")
     return family.features | told
 
 
