@@ -40,7 +40,7 @@ def table(result: PoolAttention) -> Table:
         cls = f"CLS attention {percent(row.attention[0])}%, " if has_class_token(result.grid) else ""
         single = titled_table(
             result.source.display_path,
-            f"attention pooling, head {row.head}: attention of {WHO}",
+            f"attention pooling, head {row.head}: attention of its latent query",
             f"{cls}sum over all {result.grid.num_tokens} rows {row.total:.6f}\n{caption(result)}",
         )
         return ranked_sources(single, result.grid, row.top(result.top_k), "attention %")
