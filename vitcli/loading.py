@@ -149,19 +149,16 @@ def describe(spec: WeightsSpec) -> Architecture:
     return architecture_from(spec.model_name, family, num_classes, labels)
 
 
-def architecture_from(
-    name: str, family: Family, num_classes: int, labels: tuple[str, ...], embedding: int | None = None
-) -> Architecture:
+def architecture_from(name: str, family: Family, num_classes: int, labels: tuple[str, ...]) -> Architecture:
     """The facts of a family adapter's net (a skeleton or a loaded model) whose head has `num_classes` classes (a
-    checkpoint's head may have another number than the architecture's own, or none); `embedding` is the pooled
-    embedding's width where the net is not timm's (hf:, open_clip:)."""
+    checkpoint's head may have another number than the architecture's own, or none)."""
     from vitcli.capture.support import family_features
 
     features = family_features(family) - {"class_head"} | ({"class_head"} if num_classes else set())
     return Architecture(
         name=name,
         depth=len(family.blocks()),
-        num_heads=next(module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads")),
+        num_heads=family.places()[0].heads if family.refusal() is None else _first_num_heads(family),
         embed_dim=family.width,
         grid=family.grid(),
         num_classes=num_classes,
@@ -173,8 +170,13 @@ def architecture_from(
         family_refusal=family.refusal(),
         # A family's places need its standard blocks; a refused family still names its depth and heads.
         places=tuple(family.places()) if family.refusal() is None else (),
-        embedding_width=embedding or embedding_width(family.net),
+        embedding_width=embedding_width(family.net),
     )
+
+
+def _first_num_heads(family: Family) -> int:
+    """The heads of a refused family's first block, read off its modules (its places need standard blocks)."""
+    return next(module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads"))
 
 
 def mlp_hidden_width(family: Family) -> int:

@@ -10,7 +10,6 @@ pip command, before anything loads. The checks run on a meta-device skeleton, as
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import functools
 import importlib
@@ -259,19 +258,14 @@ def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
 
 
 def describe_tower(spec: WeightsSpec) -> Any:
-    """loading.describe for hf: and open_clip: models: the family's facts and features, as for a timm model."""
+    """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models."""
     from vitcli.capture import family_of
     from vitcli.loading import architecture_from
 
     skeleton = tower_skeleton(spec.model_name)
     check_tower_spec(spec)
     family = family_of(skeleton)
-    fc1 = next(module for module in skeleton.blocks[0].mlp.modules() if isinstance(module, nn.Linear))
-    labels = tower_labels(spec, skeleton)
-    # The pooled embedding: open_clip's projected one (its describe names it), else the tower's width.
-    width = family.describe().get("embedding", family.width)
-    architecture = architecture_from(spec.model_name, family, family.num_classes, labels, width)
-    return dataclasses.replace(architecture, mlp_hidden=fc1.out_features)
+    return architecture_from(spec.model_name, family, family.num_classes, tower_labels(spec, skeleton))
 
 
 # ----- loading
