@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.nn.functional as F  # noqa: N812  (the usual name)
 from torch import Tensor, nn
 
@@ -31,6 +32,7 @@ class PatchFacts:
     img_size: tuple[int, int]
     patch_size: tuple[int, int]
     proj: nn.Module
+    norm: nn.Module = field(default_factory=nn.Identity)  # open_clip normalizes no patch row alone
 
 
 def data_config(preprocess: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +61,19 @@ class OpenClipTower(nn.Module):
         self.patch_embed = PatchFacts(tuple(visual.image_size), tuple(visual.patch_size), visual.conv1)
         self.global_pool = {"tok": "token", "avg": "avg"}.get(visual.pool_type, visual.pool_type)
         self.num_classes = 0
+        # The embedding as timm's ViT names its steps (patches and VitModel.trace read them): the class row and
+        # the positions of every row, patch dropout, then ln_pre; a fixed grid.
+        self.dynamic_img_size, self.no_embed_class = False, False
+        self.patch_drop, self.norm_pre = visual.patch_dropout, visual.ln_pre
+
+    @property
+    def pos_embed(self) -> Tensor:
+        return self.visual.positional_embedding[None]
+
+    def _pos_embed(self, rows: Tensor) -> Tensor:
+        visual = self.visual
+        rows = torch.cat([visual.class_embedding.expand(rows.shape[0], 1, -1).to(rows.dtype), rows], dim=1)
+        return rows + visual.positional_embedding.to(rows.dtype)
 
     @property
     def blocks(self) -> nn.ModuleList:
@@ -160,7 +175,7 @@ class OpenClipFamily(Family):
     def features(self) -> frozenset[str]:
         if self.refusal() is not None:
             return frozenset({"plain_rows"})
-        return frozenset({"pattern", "heads", "replace", "plain_rows", "linear_patches"})
+        return frozenset({"pattern", "heads", "replace", "plain_rows", "linear_patches", "positions"})
 
     def blocks(self) -> list[nn.Module]:
         return list(self.net.blocks)
@@ -187,6 +202,9 @@ class OpenClipFamily(Family):
     @property
     def pooling(self) -> str:
         return self.net.global_pool
+
+    def embed(self, inputs: Tensor) -> Tensor:
+        return self.net.visual._embeds(inputs)  # conv1, the class embedding, positions, patch dropout, ln_pre
 
     def pooled(self, inputs: Tensor) -> Tensor:
         return self.net(inputs)
