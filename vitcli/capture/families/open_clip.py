@@ -66,6 +66,33 @@ class OpenClipTower(nn.Module):
         self.dynamic_img_size, self.no_embed_class = False, False
         self.patch_drop, self.norm_pre = visual.patch_dropout, visual.ln_pre
 
+    # The readout as timm names it (attribution writes it as one linear map): ln_post on every row before pooling
+    # (`norm`) or on the pooled row (`fc_norm`), no classifier head; `embedding_projection` maps the pooled row to the
+    # embedding. Properties, so that no module is registered twice in the state dict.
+    @property
+    def norm(self) -> nn.Module:
+        return nn.Identity() if self.visual.final_ln_after_pool else self.visual.ln_post
+
+    @property
+    def fc_norm(self) -> nn.Module:
+        return self.visual.ln_post if self.visual.final_ln_after_pool else nn.Identity()
+
+    @property
+    def head_drop(self) -> nn.Module:
+        return nn.Identity()
+
+    @property
+    def head(self) -> nn.Module:
+        return nn.Identity()
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 1
+
+    @property
+    def embedding_projection(self) -> Tensor | None:
+        return self.visual.proj
+
     @property
     def pos_embed(self) -> Tensor:
         return self.visual.positional_embedding[None]
@@ -140,6 +167,7 @@ class OpenClipFamily(Family):
     name = "open_clip VisionTransformer"
     block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
     model_sites = frozenset(("embed.hook_patches",))
+    pattern_in_forward = False  # computed from the attention's input beside nn.MultiheadAttention: read-only
 
     net: OpenClipTower
 
