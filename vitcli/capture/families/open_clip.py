@@ -118,6 +118,10 @@ class OpenClipTower(nn.Module):
     def forward(self, inputs: Tensor) -> Tensor:
         return self.visual(inputs)
 
+    def forward_features(self, inputs: Tensor) -> Tensor:
+        """Every row after the last block and `norm` (timm's forward_features)."""
+        return self.norm(self.visual.transformer(self.visual._embeds(inputs)))
+
     def tail(self, hidden: Tensor) -> Tensor:
         """The tower's forward after its last block: pooling, final norm and projection, as open_clip does them."""
         pooled, _tokens = self.visual._pool(hidden)
