@@ -259,7 +259,7 @@ def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
 
 
 def describe_tower(spec: WeightsSpec) -> Any:
-    """loading.describe for hf: and open_clip: models."""
+    """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models."""
     from vitcli.capture import family_of
     from vitcli.loading import architecture_from
 

@@ -64,6 +64,8 @@ FEATURES = {
     "cls_token": "a class token (CLS) at row 0",
     "positions": "learned absolute position embeddings added to the patch rows",
     "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",
+    "attention_pooling": "an attention pooling (timm's AttentionPoolLatent) whose probabilities can be captured",
+    "pattern_gradients": "attention probabilities the forward itself goes on with, so gradients reach them",
 }
 
 
@@ -74,6 +76,9 @@ class Family(ABC):
     # The block sites this family can offer (a subset of capture.sites.BLOCK_SITES) and its model sites.
     block_sites: ClassVar[frozenset[str]]
     model_sites: ClassVar[frozenset[str]] = frozenset()
+    # Whether attn.hook_pattern is a tensor the forward itself goes on with (so gradients reach it), not one computed
+    # beside the module from its input (open_clip's nn.MultiheadAttention).
+    pattern_in_forward: ClassVar[bool] = True
 
     def __init__(self, net: nn.Module):
         self.net = net

@@ -28,6 +28,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attend --view summary": {"pattern", "plain_rows"},
         "attend --view all-blocks": {"pattern", "plain_rows"},
         "attend --view rollout": {"pattern", "plain_rows"},
+        "attend --pool": {"attention_pooling"},
         "occlude-quadrants": {"class_head"},
         "occlude-patches": {"class_head"},
         "trace": {"class_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
@@ -35,8 +36,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain": {"class_head"},  # the pixel-gradient methods, Grad-CAM and occlusion
         "explain --method attention": {"class_head", "pattern", "cls_token"},  # the CLS query's attention
         "explain --method rollout": {"class_head", "pattern", "plain_rows"},
-        "explain --method relevance": {"class_head", "pattern", "plain_rows"},
-        "explain --method grad-rollout": {"class_head", "pattern", "plain_rows"},
+        "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
+        "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "lens": {"class_head", "plain_rows"},
         "attribute": {"class_head", "plain_rows", "replace", "plain_pooling"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},
@@ -73,6 +74,9 @@ LACKS = {
     "cls_token": "no class token",
     "positions": "no learned absolute position embeddings",
     "plain_pooling": "no head reading the CLS row or the mean of the final rows (it pools by attention)",
+    "attention_pooling": "no attention pooling (its pooled embedding is the CLS row or the mean of the final rows)",
+    "pattern_gradients": "no attention probabilities in the forward's graph (vitcli computes them beside the module, "
+    "so no gradient reaches them)",
 }
 
 
@@ -97,6 +101,10 @@ def family_features(family: Family) -> frozenset[str]:
         told.add("cls_token")
     if family.pooling in ("token", "avg"):
         told.add("plain_pooling")
+    if "pool.hook_pattern" in family.model_sites:
+        told.add("attention_pooling")
+    if "pattern" in family.features and family.pattern_in_forward:
+        told.add("pattern_gradients")
     return family.features | told
 
 

@@ -53,8 +53,10 @@ class AttendJob(Job):
         discard_ratio: float,
         top_k: int | None,
         scale: str = Scale.own.value,
+        pool: bool = False,
     ):
         self.view = view
+        self.pool = pool  # the attention pooling's attention over the final rows instead of a block's
         self.block, self.head, self.all_heads = block, head, all_heads
         self.query_text = query
         self.head_fusion, self.discard_ratio = head_fusion, discard_ratio
@@ -69,6 +71,14 @@ class AttendJob(Job):
         from vitcli.experiments.rollout import check_rollout_options
 
         grid, num_heads = architecture.grid, architecture.num_heads
+        if self.pool:
+            from vitcli.loading import require_vit
+
+            # The pooling's heads, read from the skeleton: they need not be the blocks' heads.
+            pool_heads = require_vit(architecture.name).attn_pool.num_heads
+            self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
+            self.heads = attention.resolve_heads(pool_heads, self.head, self.all_heads or self.head is None)
+            return
         if architecture.staged:
             # Swin: every stage has its own grid, so a query is a patch of one block's stage grid.
             refuse_across_stages(self.view, architecture)
@@ -85,12 +95,16 @@ class AttendJob(Job):
             self.heads = attention.resolve_heads(num_heads, self.head, self.all_heads)
 
     def uses(self) -> tuple[str, ...]:
+        if self.pool:
+            return ("attend --pool",)
         return ("attend",) if self.view is View.map else (f"attend --view {self.view.value}",)
 
     def name(self) -> str:
         query = setting("q", "all" if self.query is None else _query_part(self.query))
         top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)
         scale = setting("sc", self.scale if self.scale != Scale.own.value else None)
+        if self.pool:
+            return result_name("pool-attention", setting("h", self.head or "all"), top_k, scale)
         if self.view is View.summary:
             return result_name("attention-summary", query, scale)
         if self.view is View.rollout:
@@ -101,6 +115,8 @@ class AttendJob(Job):
         return result_name("attention", blocks, heads, query, top_k, scale)
 
     def settings(self) -> dict[str, Any]:
+        if self.pool:
+            return {"view": "pool", "heads": self.heads, "top_k": self.top_k, "scale": self.scale}
         chosen: dict[str, Any] = {
             "view": self.view.value,
             "query": "all" if self.query is None else self.query.name,
@@ -115,6 +131,11 @@ class AttendJob(Job):
 
     def compute(self, work: ImageWork) -> Any:
         model, images = work.model, [work.image]
+        if self.pool:
+            from vitcli.experiments.attention_pool import pool_attention
+
+            (result,) = pool_attention(model, images, self.heads, self.top_k)
+            return result
         from vitcli.experiments.attention import require_attention
 
         # A model whose attention cannot be read fails here, before any forward.
@@ -134,9 +155,10 @@ class AttendJob(Job):
         return result
 
     def present(self, result: Any) -> Presentation:
-        from vitcli.presentation import attention, attention_summary, rollout
+        from vitcli.presentation import attention, attention_pool, attention_summary, rollout
 
         view = {View.summary: attention_summary, View.rollout: rollout}.get(self.view, attention)
+        view = attention_pool if self.pool else view
         return Presentation(
             view.table(result),
             view.rows(result),
@@ -177,12 +199,15 @@ def attend_jobs(
     discard_ratio: float | None = None,
     top_k: int | None = None,
     scale: Scale | str = Scale.own,
+    pool: bool = False,
 ) -> list[Job]:
     """Refuse options the view does not use (no model needed), then one job for the view."""
     views = [choice.value for choice in View]
     if view not in views:
         raise UsageError(f"--view must be one of {', '.join(views)}, not {view}")
     view = View(view)
+    if pool:
+        refuse_with_pool(view, block, query)
     given = [name for name, present in (("--block", block is not None), ("--head", head is not None)) if present]
     given += ["--all-heads"] if all_heads else []
     if view is View.summary and given:
@@ -199,7 +224,17 @@ def attend_jobs(
     if str(scale) not in scales:
         raise UsageError(f"--scale must be one of {', '.join(scales)}, not {scale}")
     fusion = str(head_fusion or HeadFusion.mean)
-    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k, str(scale))]
+    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k, str(scale), pool)]
+
+
+def refuse_with_pool(view: View, block: int | None, query: str) -> None:
+    """--pool shows the attention pooling's latent query over the final rows: no view, block or query of a block."""
+    if view is not View.map:
+        raise UsageError(f"--pool shows the attention pooling's attention: drop --view {view.value}")
+    if block is not None:
+        raise UsageError(f"--pool reads the attention pooling after the last block: drop --block {block}")
+    if query.strip().lower() != "cls":
+        raise UsageError(f"--pool's query is the pooling's latent query: drop --query {query}")
 
 
 @vitcli_command(
@@ -260,10 +295,19 @@ def attend_command(
             "rows show their structure) or zero (from 0). The colour bar says which.",
         ),
     ] = Scale.own,
+    pool: Annotated[
+        bool,
+        typer.Option(
+            "--pool",
+            help="The attention pooling's attention (SigLIP's 'map' head) over the final rows, per head (--head "
+            "selects one; default every head).",
+        ),
+    ] = False,
 ) -> None:
     """Exact attention of one query for any block and head: table, maps, summaries and rollout.
 
     The attention is softmax(q k^T * scale) over all tokens (CLS included), never renormalized; nothing is printed
     unless the explicit computation reproduces the model's own attention output.
     """
-    context.run(attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k, scale), images)
+    jobs = attend_jobs(view, block, head, all_heads, query, head_fusion, discard_ratio, top_k, scale, pool)
+    context.run(jobs, images)

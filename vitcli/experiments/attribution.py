@@ -155,7 +155,7 @@ def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tup
     and the attention bias's term, (gamma * b_O) . sum of the row directions."""
     module = model.net.blocks[block - 1]
     scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
-    proj = module.attn.proj
+    proj = getattr(module.attn, "proj", None) or module.attn.out_proj  # open_clip's nn.MultiheadAttention: out_proj
     per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
     bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
     return per_head, bias
@@ -164,7 +164,7 @@ def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tup
 def _attention_layer_scale(module: nn.Module) -> Tensor | float:
     """What multiplies a block's attention output before the residual adds it: timm ViT's ls1 (a LayerScale, or an
     Identity), Eva's and Beit's gamma_1 (a vector, or None); 1 without layer scale."""
-    ls1 = getattr(module, "ls1", None)
+    ls1 = getattr(module, "ls1", getattr(module, "ls_1", None))  # open_clip: ls_1
     gamma = getattr(ls1, "gamma", None) if ls1 is not None else getattr(module, "gamma_1", None)
     return 1.0 if gamma is None else gamma.detach().double().cpu()
 

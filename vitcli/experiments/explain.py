@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from vitcli.capture import block_site, caching_with_gradients, pattern_site
 from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.attention import patch_map
+from vitcli.experiments.attention import patch_map, require_attention
 from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
@@ -186,9 +186,9 @@ def gradcam_site(model: VitModel) -> str:
 def gradcam_layer(model: VitModel, block: int) -> tuple[nn.Module, str]:
     """The module whose output Grad-CAM reads in a one-based block, and its name: pytorch-grad-cam's documented
     recipes, norm1 for ViTs (blocks[-1].norm1) and norm2 for Swin (layers[-1].blocks[-1].norm2), whose norm2 reads
-    the rows in grid order (its norm1 keeps them as (H, W) rows)."""
-    module = model.family.blocks()[block - 1]
-    layer = module.norm1 if "plain_rows" in model.family.features else module.norm2
+    the rows in grid order (its norm1 keeps them as (H, W) rows); found by the family's tap of that site."""
+    family = model.family
+    layer = family.block_tap(family.blocks()[block - 1], family.places()[block - 1], gradcam_site(model)).module
     name = next(name for name, found in model.net.named_modules() if found is layer)
     return layer, re.sub(r"\.([0-9]+)", r"[\1]", name)  # blocks.11.norm1 -> blocks[11].norm1
 
@@ -347,7 +347,7 @@ def method_maps(
     block, contrast = settings.block, settings.contrast
     needs_attention = bool(ATTENTION_METHODS & set(methods))
     if needs_attention:
-        model.require_standard_blocks()
+        require_attention(model)  # the explicit forward or the captured attn.hook_pattern
     capture = None
     if needs_attention or "gradcam" in methods:
         capture = capture_gradients(

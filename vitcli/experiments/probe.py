@@ -165,12 +165,11 @@ def extract_features(
     if on_progress:
         on_progress(done, len(paths))
     new: dict[str, Tensor] = {}
-    net = model.net
     for start in range(0, len(missing), model.batch_size):
         batch = missing[start : start + model.batch_size]
         inputs = torch.stack([model.prepare(first_path[digest]).input for digest in batch]).to(model.device)
         with torch.inference_mode():
-            features = net.forward_head(net.forward_features(inputs), pre_logits=True).float().cpu()
+            features = model.family.pooled(inputs).float().cpu()  # timm: forward_head(..., pre_logits=True)
         new.update(zip(batch, features, strict=True))
         done += sum(1 for digest in hashes if digest in batch)
         if on_progress:
@@ -278,7 +277,7 @@ def adapted_checkpoint(model: VitModel, result: ProbeResult) -> tuple[dict[str, 
     (it refuses shared storage).
     """
     state = {name: tensor.detach().cpu().contiguous().clone() for name, tensor in model.net.state_dict().items()}
-    dtype = state["pos_embed" if "pos_embed" in state else "cls_token"].dtype
+    dtype = next(model.net.parameters()).dtype
     state["head.weight"] = result.head.weight.to(dtype).contiguous().clone()
     state["head.bias"] = result.head.bias.to(dtype).contiguous().clone()
     return state, list(result.classes)

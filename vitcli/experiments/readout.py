@@ -80,6 +80,9 @@ def linear_readout(
     for share, pool, head in _heads(net, rows.shape[0]):
         if vector is not None:  # the pooled embedding read along one vector: no head, no bias
             classes = vector.double().cpu()
+            projection = getattr(net, "embedding_projection", None)  # open_clip: the embedding is pooled @ proj
+            if projection is not None:
+                classes = projection.detach().double().cpu() @ classes
         else:
             weight = head.weight.detach().double().cpu()
             bias = head.bias.detach().double().cpu() if head.bias is not None else torch.zeros(weight.shape[0])

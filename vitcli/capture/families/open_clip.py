@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.nn.functional as F  # noqa: N812  (the usual name)
 from torch import Tensor, nn
 
@@ -31,6 +32,7 @@ class PatchFacts:
     img_size: tuple[int, int]
     patch_size: tuple[int, int]
     proj: nn.Module
+    norm: nn.Module = field(default_factory=nn.Identity)  # open_clip normalizes no patch row alone
 
 
 def data_config(preprocess: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +61,46 @@ class OpenClipTower(nn.Module):
         self.patch_embed = PatchFacts(tuple(visual.image_size), tuple(visual.patch_size), visual.conv1)
         self.global_pool = {"tok": "token", "avg": "avg"}.get(visual.pool_type, visual.pool_type)
         self.num_classes = 0
+        # The embedding as timm's ViT names its steps (patches and VitModel.trace read them): the class row and
+        # the positions of every row, patch dropout, then ln_pre; a fixed grid.
+        self.dynamic_img_size, self.no_embed_class = False, False
+        self.patch_drop, self.norm_pre = visual.patch_dropout, visual.ln_pre
+
+    # The readout as timm names it (attribution writes it as one linear map): ln_post on every row before pooling
+    # (`norm`) or on the pooled row (`fc_norm`), no classifier head; `embedding_projection` maps the pooled row to the
+    # embedding. Properties, so that no module is registered twice in the state dict.
+    @property
+    def norm(self) -> nn.Module:
+        return nn.Identity() if self.visual.final_ln_after_pool else self.visual.ln_post
+
+    @property
+    def fc_norm(self) -> nn.Module:
+        return self.visual.ln_post if self.visual.final_ln_after_pool else nn.Identity()
+
+    @property
+    def head_drop(self) -> nn.Module:
+        return nn.Identity()
+
+    @property
+    def head(self) -> nn.Module:
+        return nn.Identity()
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return 1
+
+    @property
+    def embedding_projection(self) -> Tensor | None:
+        return self.visual.proj
+
+    @property
+    def pos_embed(self) -> Tensor:
+        return self.visual.positional_embedding[None]
+
+    def _pos_embed(self, rows: Tensor) -> Tensor:
+        visual = self.visual
+        rows = torch.cat([visual.class_embedding.expand(rows.shape[0], 1, -1).to(rows.dtype), rows], dim=1)
+        return rows + visual.positional_embedding.to(rows.dtype)
 
     @property
     def blocks(self) -> nn.ModuleList:
@@ -75,6 +117,10 @@ class OpenClipTower(nn.Module):
 
     def forward(self, inputs: Tensor) -> Tensor:
         return self.visual(inputs)
+
+    def forward_features(self, inputs: Tensor) -> Tensor:
+        """Every row after the last block and `norm` (timm's forward_features)."""
+        return self.norm(self.visual.transformer(self.visual._embeds(inputs)))
 
     def tail(self, hidden: Tensor) -> Tensor:
         """The tower's forward after its last block: pooling, final norm and projection, as open_clip does them."""
@@ -125,6 +171,7 @@ class OpenClipFamily(Family):
     name = "open_clip VisionTransformer"
     block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
     model_sites = frozenset(("embed.hook_patches",))
+    pattern_in_forward = False  # computed from the attention's input beside nn.MultiheadAttention: read-only
 
     net: OpenClipTower
 
@@ -160,7 +207,7 @@ class OpenClipFamily(Family):
     def features(self) -> frozenset[str]:
         if self.refusal() is not None:
             return frozenset({"plain_rows"})
-        return frozenset({"pattern", "heads", "replace", "plain_rows", "linear_patches"})
+        return frozenset({"pattern", "heads", "replace", "plain_rows", "linear_patches", "positions"})
 
     def blocks(self) -> list[nn.Module]:
         return list(self.net.blocks)
@@ -187,6 +234,9 @@ class OpenClipFamily(Family):
     @property
     def pooling(self) -> str:
         return self.net.global_pool
+
+    def embed(self, inputs: Tensor) -> Tensor:
+        return self.net.visual._embeds(inputs)  # conv1, the class embedding, positions, patch dropout, ln_pre
 
     def pooled(self, inputs: Tensor) -> Tensor:
         return self.net(inputs)

@@ -242,3 +242,28 @@ def latent_pattern(pool: nn.Module) -> Tap:
         return ((queries.pop() * pool.scale) @ keys.transpose(-2, -1)).softmax(dim=-1)
 
     return Tap(pool.k_norm, "output", to_site, None, prepare=prepare)
+
+
+def explicit_latent_attention(pool: nn.Module, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """An AttentionPoolLatent's attention written out from its weights, for the rows it reads (B, N, D): the
+    probabilities softmax(q k^T * scale) (B, heads, latents, N) and the attention output proj(pattern @ v), joined
+    over heads (B, latents, D), before its MLP."""
+    if pool.pos_embed is not None:
+        rows = rows + pool.pos_embed.unsqueeze(0).to(rows.dtype)
+    batch, tokens, _ = rows.shape
+    q = pool.q(pool.latent.expand(batch, -1, -1)).unflatten(-1, (pool.num_heads, pool.head_dim)).transpose(1, 2)
+    k, v = pool.kv(rows).reshape(batch, tokens, 2, pool.num_heads, pool.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    pattern = ((pool.q_norm(q) * pool.scale) @ pool.k_norm(k).transpose(-2, -1)).softmax(dim=-1)
+    return pattern, pool.proj((pattern @ v).transpose(1, 2).flatten(-2))
+
+
+def own_latent_attention(pool: nn.Module, rows: Tensor) -> Tensor:
+    """The attention output (B, latents, D) an AttentionPoolLatent computes itself (its fused path) for `rows`:
+    its output projection's output, read during the module's own forward."""
+    outputs: list[Tensor] = []
+    handle = pool.proj.register_forward_hook(lambda _module, _inputs, output: outputs.append(output))
+    try:
+        pool(rows)
+    finally:
+        handle.remove()
+    return outputs[0]
