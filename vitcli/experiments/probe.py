@@ -19,6 +19,7 @@ from torch import Tensor
 from vitcli.errors import UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.images import IMAGE_SUFFIXES
+from vitcli.loading import classifier_name
 from vitcli.model import VitModel
 from vitcli.spec import check_seed
 
@@ -278,7 +279,8 @@ def adapted_checkpoint(model: VitModel, result: ProbeResult) -> tuple[dict[str, 
     (it refuses shared storage).
     """
     state = {name: tensor.detach().cpu().contiguous().clone() for name, tensor in model.net.state_dict().items()}
-    dtype = state["pos_embed" if "pos_embed" in state else "cls_token"].dtype
-    state["head.weight"] = result.head.weight.to(dtype).contiguous().clone()
-    state["head.bias"] = result.head.bias.to(dtype).contiguous().clone()
+    dtype = next(model.net.parameters()).dtype
+    head = classifier_name(model.net)  # head on a ViT, head.fc on Swin
+    state[f"{head}.weight"] = result.head.weight.to(dtype).contiguous().clone()
+    state[f"{head}.bias"] = result.head.bias.to(dtype).contiguous().clone()
     return state, list(result.classes)
