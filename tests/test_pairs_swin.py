@@ -68,7 +68,10 @@ def pets(tmp_path_factory):
         ("attribute --by head", ["attribute", "--by", "head"]),
         ("attribute --by token", ["attribute", "--by", "token", "--block", "8"]),
         ("ablate", ["ablate"]),
-        ("ablate", ["ablate", "--heads", "4.2,8.7", "--blocks", "3.attn,8.mlp", "--mode", "mean", "--reference", "{other}"]),
+        (
+            "ablate",
+            ["ablate", "--heads", "4.2,8.7", "--blocks", "3.attn,8.mlp", "--mode", "mean", "--reference", "{other}"],
+        ),
         ("patch", ["patch", "{other}"]),
         ("explore", ["explore"]),
         ("anatomy --view filters", ["anatomy", "--view", "filters"]),
@@ -120,3 +123,20 @@ def test_probe_on_swin_writes_a_checkpoint_that_predict_loads_with_the_new_class
     assert {entry["label"] for entry in top} == {"cat", "dog"}
     expected = next(row for row in document["result"]["images"] if row["path"].endswith("cat1.jpg"))
     assert top[0]["label"] == expected["predicted"]
+
+
+@pytest.mark.slow
+def test_ablate_all_heads_on_swin_takes_each_stage_heads(cli, persian):
+    """Seen to fail before the heads were read per block: `--heads all` took block 1's one head in every block, and
+    `--heads 8.8` was refused ("each block has heads 1..1")."""
+    from vitcli.capture import family_of
+    from vitcli.loading import require_vit
+
+    places = family_of(require_vit(SWIN)).places()
+    result = cli("ablate", persian, "--model", SWIN, *RANDOM_CPU, "--heads", "all", "-f", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    ablated = {row["ablated"] for row in json.loads(result.stdout)["results"][0]["result"]["ablations"]}
+    assert ablated == {f"{place.number}.{head}" for place in places for head in range(1, place.heads + 1)}
+    assert cli("ablate", persian, "--model", SWIN, *RANDOM_CPU, "--heads", "8.8", "-q").exit_code == 0
+    refused = cli("ablate", persian, "--model", SWIN, *RANDOM_CPU, "--heads", "3.3")
+    assert refused.exit_code == 2 and "--heads 3.3: head 3 does not exist; block 3 has heads 1..2" in refused.stderr
