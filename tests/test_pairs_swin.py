@@ -140,3 +140,76 @@ def test_ablate_all_heads_on_swin_takes_each_stage_heads(cli, persian):
     assert cli("ablate", persian, "--model", SWIN, *RANDOM_CPU, "--heads", "8.8", "-q").exit_code == 0
     refused = cli("ablate", persian, "--model", SWIN, *RANDOM_CPU, "--heads", "3.3")
     assert refused.exit_code == 2 and "--heads 3.3: head 3 does not exist; block 3 has heads 1..2" in refused.stderr
+
+
+@pytest.mark.slow
+def test_attribution_by_block_on_swin_sums_the_last_stage_to_the_logit(persian):
+    """On random Swin weights with every parameter moved off its initial value (norm scales and biases included),
+    the rows entering the last stage and its blocks' attention and MLP terms plus the constant give the model's own
+    logit within 1e-4; the entering and block-8 MLP terms match the frozen-scale readout computed here from hooks on
+    timm's modules (the last stage's input and the MLP's output), not from vitcli's sites."""
+    import timm
+    import torch
+
+    from vitcli.experiments.attribution import EMBEDDING, attribute
+    from vitcli.model import VitModel
+    from vitcli.spec import WeightsSpec
+
+    torch.manual_seed(0)
+    net = timm.create_model(SWIN, pretrained=False).eval()
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    model = VitModel(net, WeightsSpec(model_name=SWIN, random=True, seed=0), torch.device("cpu"), 8)
+    prepared = model.prepare(persian)
+    kept = {}
+    stage = net.layers[-1]
+    handles = [
+        stage.blocks[0].register_forward_pre_hook(lambda _m, args: kept.setdefault("entering", args[0])),
+        stage.blocks[1].mlp.register_forward_hook(lambda _m, _a, output: kept.setdefault("mlp", output)),
+        net.norm.register_forward_pre_hook(lambda _m, args: kept.setdefault("final", args[0])),
+    ]
+    try:
+        with torch.no_grad():
+            logits = net(prepared.input[None]).double()[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+    target = int(logits.argmax())
+    result = attribute(model, prepared, None, None, "block")
+
+    assert result.first_block == 7
+    assert [(term.component, term.block) for term in result.terms] == [
+        (EMBEDDING, None),
+        ("attn", 7),
+        ("mlp", 7),
+        ("attn", 8),
+        ("mlp", 8),
+    ]
+    assert result.constant != 0.0
+    assert abs(result.reconstruction - float(logits[target])) < 1e-4
+
+    final = kept["final"].double().flatten(1, 2)[0]  # (49, C): the rows the final LayerNorm normalizes
+    deviation = (final.var(-1, unbiased=False) + net.norm.eps).sqrt()
+    read = net.norm.weight.double() * net.head.fc.weight[target].double()
+
+    def readout(component: torch.Tensor) -> float:
+        rows = component.double().reshape(final.shape)
+        centred = rows - rows.mean(-1, keepdim=True)
+        return float(((centred / deviation[:, None]) @ read).mean())
+
+    assert result.terms[0].value == pytest.approx(readout(kept["entering"]), abs=1e-6)
+    assert result.terms[4].value == pytest.approx(readout(kept["mlp"]), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_attribute_on_swin_says_its_terms_start_at_the_last_stage(cli, persian):
+    result = cli("attribute", persian, "--model", SWIN, *RANDOM_CPU, "--target-feature", "3", "-f", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)["results"][0]["result"]
+    assert document["first_block"] == 7
+    assert "final rows = the rows entering block 7 (the last stage's input" in document["definition"]
+    assert "MLP outputs of blocks 7..8 (layer scale applied)" in document["definition"]
+    assert "earlier blocks reach the last stage only through patch merging" in document["definition"]
+    assert [term["name"] for term in document["terms"]] == ["entering 7", "7.attn", "7.mlp", "8.attn", "8.mlp"]
+    assert document["reconstruction"]["abs_difference"] < 1e-4

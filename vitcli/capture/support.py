@@ -38,7 +38,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method relevance": {"class_head", "pattern", "plain_rows"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows"},
         "lens": {"class_head", "plain_rows"},
-        "attribute": {"class_head", "plain_rows", "replace", "plain_pooling"},
+        # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
+        "attribute": {"class_head", "replace", "plain_pooling"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
         "ablate": {"class_head", "replace", "heads"},
