@@ -204,7 +204,8 @@ def _block_figure(result: AttributionResult) -> Any:
     bars.bar(places + 0.18, mlp, 0.36, label="MLP")
     bars.axhline(0, color="black", linewidth=0.6)
     bars.set_xticks(range(depth + 1), [entering, *(str(block) for block in blocks)])
-    bars.set_xlabel("block (counting from 1)")
+    staged = "" if result.first_block == 1 else "; the last stage: earlier blocks pass through patch merging"
+    bars.set_xlabel(f"block (counting from 1{staged})")
     bars.set_ylabel(f"term ({_units(result)})")
     bars.legend(fontsize=8)
     bars.set_title(_check_text(result), fontsize=8)
