@@ -191,7 +191,7 @@ def test_attribution_by_block_on_swin_sums_the_last_stage_to_the_logit(persian):
 
     final = kept["final"].double().flatten(1, 2)[0]  # (49, C): the rows the final LayerNorm normalizes
     deviation = (final.var(-1, unbiased=False) + net.norm.eps).sqrt()
-    read = net.norm.weight.double() * net.head.fc.weight[target].double()
+    read = (net.norm.weight * net.head.fc.weight[target]).detach().double()
 
     def readout(component: torch.Tensor) -> float:
         rows = component.double().reshape(final.shape)

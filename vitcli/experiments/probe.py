@@ -1,8 +1,9 @@
 """A linear probe: new classes on the frozen model's features, from an ImageFolder (one subfolder per class).
 
 The features are exactly what the model's head reads (`forward_head(pre_logits=True)`: the final normalized CLS row
-for a CLS-readout checkpoint), so the fitted weights replace `head.weight` and `head.bias` and the model's own
-forward gives the probe's logits. Features are cached by image SHA-256 in a dict the caller owns and persists.
+for a CLS-readout checkpoint), so the fitted weights replace `head.weight` and `head.bias` (Swin's `head.fc`) and
+the model's own forward gives the probe's logits. Features are cached by image SHA-256 in a dict the caller owns
+and persists.
 """
 
 from __future__ import annotations
