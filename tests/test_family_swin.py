@@ -309,7 +309,14 @@ def test_explain_refuses_what_swin_cannot_explain_before_loading(cli, newfoundla
 
 @pytest.mark.parametrize(
     "arguments",
-    [["patches"], ["trace"], ["lens"], ["attribute"], ["anatomy", "--view", "norms"], ["patch", "{image}"]],
+    [
+        ["patches"],
+        ["trace"],
+        ["lens"],
+        ["attribute", "--by", "head"],  # by block it runs: the last stage's split (tests/test_pairs_swin.py)
+        ["anatomy", "--view", "norms"],
+        ["patch", "{image}"],
+    ],
 )
 def test_commands_written_for_one_grid_refuse_swin_before_loading(cli, newfoundland, persian, monkeypatch, arguments):
     import vitcli.loading

@@ -120,7 +120,7 @@ def load_model(spec: WeightsSpec, device: str = "auto", batch_size: int | None =
         elif spec.checkpoint is not None:
             state = read_checkpoint(spec.checkpoint)
             spec = dataclasses.replace(spec, recorded=read_record(spec.checkpoint))
-            num_classes = head_classes(state)
+            num_classes = head_classes(state, skeleton)
             labels = class_names(spec, num_classes, skeleton.pretrained_cfg)
             net = timm.create_model(spec.model_name, pretrained=False, num_classes=num_classes)
             _load_state(net, state, spec.checkpoint, spec.model_name)
@@ -144,7 +144,7 @@ def describe(spec: WeightsSpec) -> Architecture:
     family = family_of(skeleton)
     num_classes = family.num_classes
     if not spec.random and spec.checkpoint is not None:
-        num_classes = head_classes(_read_state(spec.checkpoint, values=False))
+        num_classes = head_classes(_read_state(spec.checkpoint, values=False), skeleton)
     labels = class_names(spec, num_classes, getattr(skeleton, "pretrained_cfg", {}))
     return architecture_from(spec.model_name, family, num_classes, labels)
 
@@ -322,10 +322,22 @@ def _imagenet_names(subset: str) -> tuple[str, ...]:
 # ----- checkpoints
 
 
-def head_classes(state: Mapping[str, Tensor]) -> int:
-    """The classes of a state dict's classifier head; no head means a headless model (timm's num_classes=0)."""
-    head = state.get("head.weight")
+def head_classes(state: Mapping[str, Tensor], net: torch.nn.Module) -> int:
+    """The classes of a state dict's classifier head for `net`'s architecture; no head means a headless model
+    (timm's num_classes=0)."""
+    head = state.get(f"{classifier_name(net)}.weight")
     return int(head.shape[0]) if head is not None else 0
+
+
+def classifier_name(net: torch.nn.Module) -> str:
+    """Where the classifier Linear sits in `net`'s state dict: `head` on a ViT, `head.fc` on Swin (timm's
+    get_classifier; an Identity when headless, at the same place); `head` on the towers, which have none."""
+    if not hasattr(net, "get_classifier"):
+        return "head"
+    classifier = net.get_classifier()
+    if isinstance(classifier, tuple):  # a distilled DeiT's (head, head_dist): the class token's head
+        classifier = classifier[0]
+    return next(name for name, module in net.named_modules() if module is classifier)
 
 
 def read_checkpoint(path: Path) -> dict[str, Tensor]:

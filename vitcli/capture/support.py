@@ -39,13 +39,15 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "lens": {"class_head", "plain_rows"},
-        "attribute": {"class_head", "plain_rows", "replace", "plain_pooling"},
+        # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
+        "attribute": {"class_head", "replace", "plain_pooling"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
-        "compare-patch-size": {"linear_patches", "plain_pooling"},
-        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_pooling"},
+        # Its closed form counts attention over one token grid in every block (not windows on merged grids).
+        "compare-patch-size": {"linear_patches", "plain_rows", "plain_pooling"},
+        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_rows", "plain_pooling"},
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,13 +35,14 @@ class Mode(StrEnum):
     resample = "resample"
 
 
-def parse_heads(text: str, depth: int, heads: int) -> list[Any]:
-    """`all` or `B.H,B.H,...` (blocks and heads from one) as head ablations, checked against the model, in the
-    order given, each once."""
+def parse_heads(text: str, heads: Sequence[int]) -> list[Any]:
+    """`all` or `B.H,B.H,...` (blocks and heads from one) as head ablations, checked against the model's heads per
+    block (`heads[B - 1]`: Swin's stages differ), in the order given, each once."""
     from vitcli.experiments.ablation import HEAD, Ablation
 
+    depth = len(heads)
     if text.strip() == "all":
-        return [Ablation(block, HEAD, head) for block in range(1, depth + 1) for head in range(1, heads + 1)]
+        return [Ablation(block, HEAD, head) for block in range(1, depth + 1) for head in range(1, heads[block - 1] + 1)]
     ablations = []
     for item in _items(text, "--heads"):
         block_text, _, head_text = item.partition(".")
@@ -49,8 +51,9 @@ def parse_heads(text: str, depth: int, heads: int) -> list[Any]:
             raise UsageError(f"--heads {item!r}: write heads as BLOCK.HEAD (4.2), comma-separated, or all")
         if not 1 <= block <= depth:
             raise UsageError(f"--heads {item}: block {block} does not exist; blocks are 1..{depth}")
-        if not 1 <= head <= heads:
-            raise UsageError(f"--heads {item}: head {head} does not exist; each block has heads 1..{heads}")
+        if not 1 <= head <= heads[block - 1]:
+            where = "each block has" if len(set(heads)) == 1 else f"block {block} has"
+            raise UsageError(f"--heads {item}: head {head} does not exist; {where} heads 1..{heads[block - 1]}")
         ablations.append(Ablation(block, HEAD, head))
     return list(dict.fromkeys(ablations))
 
@@ -113,8 +116,9 @@ class AblateJob(FollowsEmbedding, Job):
         require_pre_norm(architecture.name)
         self.ablations = []
         if self.heads is not None:
-            heads = parse_heads(self.heads, architecture.depth, architecture.num_heads)
-            every = parse_heads("all", architecture.depth, architecture.num_heads)
+            per_block = [place.heads for place in architecture.places] or [architecture.num_heads] * architecture.depth
+            heads = parse_heads(self.heads, per_block)
+            every = parse_heads("all", per_block)
             self.named_heads = _named("h", heads, every)
             self.ablations += heads
         if self.blocks is not None:

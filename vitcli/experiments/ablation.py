@@ -81,7 +81,7 @@ class AblationResult:
     mode: str
     reference: str  # what the replacements came from, in words
     depth: int
-    num_heads: int
+    num_heads: int  # the most heads of any block: the heads map's columns (Swin's blocks have 3 to 24)
     target: ClassProbability | EmbeddingScore  # clean probability, or the embedding target's clean score
     clean_logit: float  # the embedding target's clean score for one
     clean_top1: ClassProbability | None
@@ -235,7 +235,7 @@ def ablate(
         replacements.mode,
         replacements.description,
         model.depth,
-        model.num_heads,
+        max(place.heads for place in model.family.places()),  # the maps' columns: Swin's last stage has the most
         ClassProbability(target, model.labels[target], float(clean_probabilities[target])),
         float(clean[target]),
         ClassProbability(clean_top1, model.labels[clean_top1], float(clean_probabilities[clean_top1])),
@@ -264,7 +264,7 @@ def _embedding_result(
         replacements.mode,
         replacements.description,
         model.depth,
-        model.num_heads,
+        max(place.heads for place in model.family.places()),  # the maps' columns: Swin's last stage has the most
         EmbeddingScore(embedding.target, clean_score),
         clean_score,
         None,

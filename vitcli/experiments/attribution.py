@@ -56,12 +56,13 @@ class AttributionResult:
     block: int | None  # the block of --by token
     target: ClassProbability | EmbeddingScore
     contrast: ClassProbability | None
+    first_block: int  # the first block decomposed (1; on Swin the last stage's first): its input is the EMBEDDING term
     model_metric: float  # the model's own target logit (minus the contrast's), or the embedding target's score
     constant: float
     terms: list[Term]  # the decomposition --by asked for: they sum, with the constant, to the metric
-    block_terms: list[Term]  # embedding, then attention and MLP of every block (for the bar chart)
-    head_terms: np.ndarray  # (blocks, heads) per-head terms (for the heat map)
-    bias_terms: np.ndarray  # (blocks,) the attention bias term of each block
+    block_terms: list[Term]  # embedding, then attention and MLP of every block from first_block (for the bar chart)
+    head_terms: np.ndarray  # (blocks, heads) per-head terms of the blocks from first_block (for the heat map)
+    bias_terms: np.ndarray  # (blocks,) the attention bias term of each block from first_block
     grid: PatchGrid  # the tokens' names and the patches' places
     crop: np.ndarray  # (H, W, 3) uint8, for the --by token figure
 
@@ -90,8 +91,9 @@ def attribute(
     """One forward (no backward), every component captured; refused when the terms do not rebuild the metric.
     `embedding`: an embedding target attributed instead of a class (`target` and `contrast` are then None)."""
     net, depth = model.net, model.depth
-    blocks = range(1, depth + 1)
-    sites = ["blocks.1.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
+    first = first_decomposed_block(model)
+    blocks = range(first, depth + 1)
+    sites = [f"blocks.{first}.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
     sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_attn_out", "hook_mlp_out")]
     if by == TOKEN:
         if "explicit_forward" in model.family.features:
@@ -107,12 +109,12 @@ def attribute(
     else:
         target = int(logits.argmax()) if target is None else target
         readout = linear_readout(net, final_rows, target, contrast)
-    block_terms = [Term(EMBEDDING, None, None, None, readout.term(cache["blocks.1.hook_resid_pre"]))]
+    block_terms = [Term(EMBEDDING, None, None, None, readout.term(cache[f"blocks.{first}.hook_resid_pre"]))]
     for b in blocks:
         for component in (ATTENTION, MLP):
             block_terms.append(Term(component, b, None, None, readout.term(cache[f"blocks.{b}.hook_{component}_out"])))
-    head_terms, bias_terms = _head_terms(model, cache, readout)
-    terms = _terms(model, cache, readout, by, block, block_terms, head_terms, bias_terms)
+    head_terms, bias_terms = _head_terms(model, cache, readout, blocks)
+    terms = _terms(model, cache, readout, by, block, block_terms, head_terms, bias_terms, blocks)
     if embedding is not None:
         model_metric = float(embedding.score(logits[None].double())[0])
         followed, contrasted = EmbeddingScore(embedding.target, model_metric), None
@@ -128,6 +130,7 @@ def attribute(
         block if by == TOKEN else None,
         followed,
         contrasted,
+        first,
         model_metric,
         readout.constant,
         terms,
@@ -146,6 +149,16 @@ def attribute(
     return result
 
 
+def first_decomposed_block(model: VitModel) -> int:
+    """1 when every block adds to one grid of rows; on Swin the first block of the last stage: patch merging (a
+    LayerNorm and a Linear of four rows) is not linear in what earlier blocks added, so the logit is a sum over the
+    rows entering the last stage and the last stage's sublayers alone."""
+    if "plain_rows" in model.family.features:
+        return 1
+    places = model.family.places()
+    return next(place.number for place in places if place.stage == places[-1].stage)
+
+
 def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbability:
     return ClassProbability(index, model.labels[index], float(probabilities[index]))
 
@@ -153,7 +166,7 @@ def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbabili
 def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:
     """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
     and the attention bias's term, (gamma * b_O) . sum of the row directions."""
-    module = model.net.blocks[block - 1]
+    module = model.family.blocks()[block - 1]
     scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
     proj = getattr(module.attn, "proj", None) or module.attn.out_proj  # open_clip's nn.MultiheadAttention: out_proj
     per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
@@ -169,13 +182,15 @@ def _attention_layer_scale(module: nn.Module) -> Tensor | float:
     return 1.0 if gamma is None else gamma.detach().double().cpu()
 
 
-def _head_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout) -> tuple[np.ndarray, np.ndarray]:
-    heads = np.zeros((model.depth, model.num_heads))
-    biases = np.zeros(model.depth)
-    for b in range(1, model.depth + 1):
-        per_head, biases[b - 1] = _readout_vectors(model, b, readout)
+def _head_terms(
+    model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, blocks: range
+) -> tuple[np.ndarray, np.ndarray]:
+    heads = np.zeros((len(blocks), model.family.places()[blocks[0] - 1].heads))
+    biases = np.zeros(len(blocks))
+    for index, b in enumerate(blocks):
+        per_head, biases[index] = _readout_vectors(model, b, readout)
         z = cache[f"blocks.{b}.attn.hook_z"]  # (tokens, heads, head_dim)
-        heads[b - 1] = torch.einsum("rhd,rhd->h", z, per_head).numpy()
+        heads[index] = torch.einsum("rhd,rhd->h", z, per_head).numpy()
     return heads, biases
 
 
@@ -188,20 +203,21 @@ def _terms(
     block_terms: list[Term],
     head_terms: np.ndarray,
     bias_terms: np.ndarray,
+    blocks: range,
 ) -> list[Term]:
     if by == "block":
         return block_terms
     terms = [block_terms[0]]
-    for b in range(1, model.depth + 1):
-        attention, mlp = block_terms[2 * b - 1], block_terms[2 * b]
+    for index, b in enumerate(blocks):
+        attention, mlp = block_terms[2 * index + 1], block_terms[2 * index + 2]
         if by == "head":
-            terms += [Term(HEAD, b, h + 1, None, float(head_terms[b - 1, h])) for h in range(model.num_heads)]
+            terms += [Term(HEAD, b, h + 1, None, float(value)) for h, value in enumerate(head_terms[index])]
         elif b == block:
             terms += _token_terms(model, cache, readout, b)
         else:
             terms += [attention, mlp]
             continue
-        terms += [Term(ATTENTION_BIAS, b, None, None, float(bias_terms[b - 1])), mlp]
+        terms += [Term(ATTENTION_BIAS, b, None, None, float(bias_terms[index])), mlp]
     return terms
 
 

@@ -1,8 +1,9 @@
 """A linear probe: new classes on the frozen model's features, from an ImageFolder (one subfolder per class).
 
 The features are exactly what the model's head reads (`forward_head(pre_logits=True)`: the final normalized CLS row
-for a CLS-readout checkpoint), so the fitted weights replace `head.weight` and `head.bias` and the model's own
-forward gives the probe's logits. Features are cached by image SHA-256 in a dict the caller owns and persists.
+for a CLS-readout checkpoint), so the fitted weights replace `head.weight` and `head.bias` (Swin's `head.fc`) and
+the model's own forward gives the probe's logits. Features are cached by image SHA-256 in a dict the caller owns
+and persists.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import Tensor
 from vitcli.errors import UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.images import IMAGE_SUFFIXES
+from vitcli.loading import classifier_name
 from vitcli.model import VitModel
 from vitcli.spec import check_seed
 
@@ -278,6 +280,7 @@ def adapted_checkpoint(model: VitModel, result: ProbeResult) -> tuple[dict[str, 
     """
     state = {name: tensor.detach().cpu().contiguous().clone() for name, tensor in model.net.state_dict().items()}
     dtype = next(model.net.parameters()).dtype
-    state["head.weight"] = result.head.weight.to(dtype).contiguous().clone()
-    state["head.bias"] = result.head.bias.to(dtype).contiguous().clone()
+    head = classifier_name(model.net)  # head on a ViT, head.fc on Swin
+    state[f"{head}.weight"] = result.head.weight.to(dtype).contiguous().clone()
+    state[f"{head}.bias"] = result.head.bias.to(dtype).contiguous().clone()
     return state, list(result.classes)

@@ -40,16 +40,30 @@ def readout_refusal(net: nn.Module, name: str, head: bool = True) -> str | None:
     meta skeleton)."""
     if getattr(net, "attn_pool", None) is not None or net.global_pool not in ("token", "avg"):
         return f"{name} pools with {net.global_pool!r}; attribution follows heads that read the CLS row or the mean"
-    heads = [net.head] + ([net.head_dist] if hasattr(net, "head_dist") else [])
-    if type(net.head_drop) not in (nn.Dropout, nn.Identity):
+    heads = [_classifier(net)] + ([net.head_dist] if hasattr(net, "head_dist") else [])
+    if type(_head_drop(net)) not in (nn.Dropout, nn.Identity):
         return f"{name}'s classifier head is not one Linear layer"
     if head and not all(isinstance(module, nn.Linear) for module in heads):
         return f"{name}'s classifier head is not one Linear layer"
-    norms = [module for module in (net.norm, net.fc_norm) if not isinstance(module, nn.Identity)]
+    norms = [module for module in _final_norms(net) if not isinstance(module, nn.Identity)]
     if len(norms) > 1 or any(not isinstance(module, nn.LayerNorm) for module in norms):
         found = ", ".join(type(module).__name__ for module in norms)
         return f"{name} ends with {found}; attribution needs at most one final LayerNorm"
     return None
+
+
+def _classifier(net: nn.Module) -> nn.Module:
+    """The Linear reading the pooled vector: `head`, or Swin's `head.fc` (its head pools, drops out, then fc)."""
+    return getattr(net.head, "fc", net.head)
+
+
+def _head_drop(net: nn.Module) -> nn.Module:
+    return net.head_drop if hasattr(net, "head_drop") else net.head.drop
+
+
+def _final_norms(net: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(norm on every row, norm on the pooled vector); Swin has the first alone."""
+    return net.norm, getattr(net, "fc_norm", nn.Identity())
 
 
 def _heads(net: nn.Module, tokens: int) -> list[tuple[float, Tensor, nn.Linear]]:
@@ -63,9 +77,9 @@ def _heads(net: nn.Module, tokens: int) -> list[tuple[float, Tensor, nn.Linear]]
         pool[0] = 1.0
     else:
         # timm's Eva and Beit average the patch rows alone and have no pool_include_prefix
-        first = 0 if getattr(net, "pool_include_prefix", False) else net.num_prefix_tokens
+        first = 0 if getattr(net, "pool_include_prefix", False) else getattr(net, "num_prefix_tokens", 0)
         pool[first:] = 1.0 / (tokens - first)
-    return [(1.0, pool, net.head)]
+    return [(1.0, pool, _classifier(net))]
 
 
 def linear_readout(
@@ -74,7 +88,7 @@ def linear_readout(
     """The readout for one image, from its (tokens, width) rows leaving the last block: of the target class's logit
     (minus the contrast's), or with `vector` (width,) of the pooled embedding's dot product with it."""
     rows = final_rows.double().cpu()
-    norm = next((module for module in (net.norm, net.fc_norm) if isinstance(module, nn.LayerNorm)), None)
+    norm = next((module for module in _final_norms(net) if isinstance(module, nn.LayerNorm)), None)
     directions = torch.zeros_like(rows)
     constant = 0.0
     for share, pool, head in _heads(net, rows.shape[0]):

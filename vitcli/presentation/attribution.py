@@ -35,6 +35,31 @@ EMBEDDING_READOUT = {
 SHOWN_TOKENS = 12  # the table's share of --by token: the largest source-token terms
 
 
+# On Swin (first_block > 1) the decomposition starts at the last stage: patch merging before it is not linear.
+EVERY_BLOCK = "final rows = embedding + every block's attention and MLP outputs"
+LAST_STAGE = (
+    "final rows = the rows entering block {first} (the last stage's input, after patch merging) + the attention and "
+    "MLP outputs of blocks {first}..{depth}"
+)
+EARLIER_STAGES = (
+    "; earlier blocks reach the last stage only through patch merging (a LayerNorm and a Linear), which is not "
+    "linear, so they have no terms of their own"
+)
+
+
+def _definition(result: AttributionResult) -> str:
+    if result.first_block == 1:
+        return DEFINITION
+    depth = result.first_block + len(result.bias_terms) - 1
+    staged = DEFINITION.replace(EVERY_BLOCK, LAST_STAGE.format(first=result.first_block, depth=depth))
+    return staged + EARLIER_STAGES
+
+
+def _entering(result: AttributionResult) -> str:
+    """The first term's name: the embedding, or the rows entering the first decomposed block."""
+    return EMBEDDING if result.first_block == 1 else f"entering {result.first_block}"
+
+
 def _metric_text(result: AttributionResult) -> str:
     if isinstance(result.target, EmbeddingScore):
         return f"{result.target.target.unit} ({result.target.label})"
@@ -66,27 +91,31 @@ def component_name(term: Term, token_names: tuple[str, ...]) -> str:
 def table(result: AttributionResult) -> Table:
     view = Table(
         title=f"{result.source.display_path}\ndirect logit attribution of the {_metric_text(result)}, by {result.by}",
-        caption=f"{DEFINITION}\n{_check_text(result)}\n{weights_caption(result.weights_label)}",
+        caption=f"{_definition(result)}\n{_check_text(result)}\n{weights_caption(result.weights_label)}",
     )
     embedding = result.block_terms[0].value
     if result.by == "block":
         for column in ("block", "attn", "mlp"):
             view.add_column(column, justify="right")
-        view.add_row("embedding", f"{embedding:.4g}", "")
-        for block in range(1, len(result.bias_terms) + 1):
+        view.add_row(_entering(result), f"{embedding:.4g}", "")
+        for index in range(1, len(result.bias_terms) + 1):
             view.add_row(
-                str(block), *(f"{term.value:.4g}" for term in result.block_terms[2 * block - 1 : 2 * block + 1])
+                str(result.first_block + index - 1),
+                *(f"{term.value:.4g}" for term in result.block_terms[2 * index - 1 : 2 * index + 1]),
             )
         return view
     if result.by == "head":
         heads = result.head_terms.shape[1]
         for column in ("block", *(f"head {h}" for h in range(1, heads + 1)), "attn bias", "mlp"):
             view.add_column(column, justify="right")
-        view.add_row("embedding", f"{embedding:.4g}", *[""] * (heads + 1))
-        for block, row in enumerate(result.head_terms, start=1):
-            mlp = result.block_terms[2 * block].value
+        view.add_row(_entering(result), f"{embedding:.4g}", *[""] * (heads + 1))
+        for index, row in enumerate(result.head_terms, start=1):
+            mlp = result.block_terms[2 * index].value
             view.add_row(
-                str(block), *(f"{value:.4g}" for value in row), f"{result.bias_terms[block - 1]:.4g}", f"{mlp:.4g}"
+                str(result.first_block + index - 1),
+                *(f"{value:.4g}" for value in row),
+                f"{result.bias_terms[index - 1]:.4g}",
+                f"{mlp:.4g}",
             )
         return view
     for column in ("source token", "head", "term"):
@@ -105,7 +134,7 @@ def rows(result: AttributionResult) -> list[dict[str, Any]]:
     return [
         {
             "component": term.component,
-            "name": component_name(term, result.token_names),
+            "name": _entering(result) if term.component == EMBEDDING else component_name(term, result.token_names),
             "block": term.block,
             "head": term.head,
             "token": term.token,
@@ -128,8 +157,9 @@ def document(result: AttributionResult) -> dict[str, Any]:
 
     return {
         "weights": result.weights_label,
-        "definition": DEFINITION,
+        "definition": _definition(result),
         "by": result.by,
+        "first_block": result.first_block,
         "block": result.block,
         "target": described(result.target),
         "contrast": described(result.contrast),
@@ -164,19 +194,23 @@ def _block_figure(result: AttributionResult) -> Any:
 
     depth = result.head_terms.shape[0]
     fig, (bars, heat) = figures.plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained", width_ratios=[2, 1])
-    blocks = np.arange(1, depth + 1)
+    blocks = np.arange(result.first_block, result.first_block + depth)
     attention = [term.value for term in result.block_terms[1::2]]
     mlp = [term.value for term in result.block_terms[2::2]]
-    bars.bar([0], [result.block_terms[0].value], 0.7, color="gray", label="embedding")
-    bars.bar(blocks - 0.18, attention, 0.36, label="attention")
-    bars.bar(blocks + 0.18, mlp, 0.36, label="MLP")
+    places = np.arange(1, depth + 1)
+    entering = "emb" if result.first_block == 1 else f"in {result.first_block}"
+    bars.bar([0], [result.block_terms[0].value], 0.7, color="gray", label=_entering(result))
+    bars.bar(places - 0.18, attention, 0.36, label="attention")
+    bars.bar(places + 0.18, mlp, 0.36, label="MLP")
     bars.axhline(0, color="black", linewidth=0.6)
-    bars.set_xticks(range(depth + 1), ["emb", *(str(block) for block in blocks)])
-    bars.set_xlabel("block (counting from 1)")
+    bars.set_xticks(range(depth + 1), [entering, *(str(block) for block in blocks)])
+    staged = "" if result.first_block == 1 else "; the last stage: earlier blocks pass through patch merging"
+    bars.set_xlabel(f"block (counting from 1{staged})")
     bars.set_ylabel(f"term ({_units(result)})")
     bars.legend(fontsize=8)
     bars.set_title(_check_text(result), fontsize=8)
     image = figures.blocks_map(heat, result.head_terms)
+    heat.set_yticks(range(depth), [str(block) for block in blocks])  # from first_block (Swin: the last stage)
     heat.set_title("per-head terms (0 = white)", fontsize=9)
     fig.colorbar(image, ax=heat, shrink=0.85)
     return fig
