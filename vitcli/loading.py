@@ -158,7 +158,7 @@ def architecture_from(name: str, family: Family, num_classes: int, labels: tuple
     return Architecture(
         name=name,
         depth=len(family.blocks()),
-        num_heads=next(module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads")),
+        num_heads=family.places()[0].heads if family.refusal() is None else _first_num_heads(family),
         embed_dim=family.width,
         grid=family.grid(),
         num_classes=num_classes,
@@ -172,6 +172,11 @@ def architecture_from(name: str, family: Family, num_classes: int, labels: tuple
         places=tuple(family.places()) if family.refusal() is None else (),
         embedding_width=embedding_width(family.net),
     )
+
+
+def _first_num_heads(family: Family) -> int:
+    """The heads of a refused family's first block, read off its modules (its places need standard blocks)."""
+    return next(module.num_heads for module in family.blocks()[0].modules() if hasattr(module, "num_heads"))
 
 
 def mlp_hidden_width(family: Family) -> int:

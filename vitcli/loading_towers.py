@@ -258,25 +258,14 @@ def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
 
 
 def describe_tower(spec: WeightsSpec) -> Any:
-    """loading.describe for hf: and open_clip: models."""
+    """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models."""
     from vitcli.capture import family_of
-    from vitcli.loading import Architecture
+    from vitcli.loading import architecture_from
 
     skeleton = tower_skeleton(spec.model_name)
     check_tower_spec(spec)
     family = family_of(skeleton)
-    fc1 = next(module for module in skeleton.blocks[0].mlp.modules() if isinstance(module, nn.Linear))
-    return Architecture(
-        name=spec.model_name,
-        depth=len(family.blocks()),
-        num_heads=family.places()[0].heads,
-        embed_dim=family.width,
-        grid=family.grid(),
-        num_classes=family.num_classes,
-        labels=tower_labels(spec, skeleton),
-        global_pool=family.pooling,
-        mlp_hidden=fc1.out_features,
-    )
+    return architecture_from(spec.model_name, family, family.num_classes, tower_labels(spec, skeleton))
 
 
 # ----- loading

@@ -144,6 +144,11 @@ class HFTower(nn.Module):
     def num_classes(self) -> int:
         return int(self.model.config.num_labels) if self.layout.classifier else 0
 
+    @property
+    def num_features(self) -> int:
+        """The pooled embedding's width (timm's name): every class pools a row of the hidden width."""
+        return self.embed_dim
+
     def _resized(self, inputs: Tensor) -> dict[str, Any]:
         """Dinov2 always interpolates its position embeddings; ViT and CLIP only when asked, for other sizes."""
         size = int(self.model.config.image_size)

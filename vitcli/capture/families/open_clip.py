@@ -68,6 +68,11 @@ class OpenClipTower(nn.Module):
     def embed_dim(self) -> int:
         return int(self.visual.transformer.width)
 
+    @property
+    def num_features(self) -> int:
+        """The image embedding's width (timm's name): the projection's output, or the width without one."""
+        return int(self.visual.output_dim)
+
     def forward(self, inputs: Tensor) -> Tensor:
         return self.visual(inputs)
 
