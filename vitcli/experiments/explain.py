@@ -186,9 +186,9 @@ def gradcam_site(model: VitModel) -> str:
 def gradcam_layer(model: VitModel, block: int) -> tuple[nn.Module, str]:
     """The module whose output Grad-CAM reads in a one-based block, and its name: pytorch-grad-cam's documented
     recipes, norm1 for ViTs (blocks[-1].norm1) and norm2 for Swin (layers[-1].blocks[-1].norm2), whose norm2 reads
-    the rows in grid order (its norm1 keeps them as (H, W) rows)."""
-    module = model.family.blocks()[block - 1]
-    layer = module.norm1 if "plain_rows" in model.family.features else module.norm2
+    the rows in grid order (its norm1 keeps them as (H, W) rows); found by the family's tap of that site."""
+    family = model.family
+    layer = family.block_tap(family.blocks()[block - 1], family.places()[block - 1], gradcam_site(model)).module
     name = next(name for name, found in model.net.named_modules() if found is layer)
     return layer, re.sub(r"\.([0-9]+)", r"[\1]", name)  # blocks.11.norm1 -> blocks[11].norm1
 
