@@ -153,18 +153,22 @@ def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbabili
 def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:
     """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
     and the attention bias's term, (gamma * b_O) . sum of the row directions."""
-    module = model.net.blocks[block - 1]
+    family = model.family
+    module, place = family.blocks()[block - 1], family.places()[block - 1]
     scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
-    proj = module.attn.proj
-    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
+    proj = family.block_tap(module, place, "attn.hook_z").module  # the output projection: its input is z
+    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (place.heads, -1))
     bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
     return per_head, bias
 
 
 def _attention_layer_scale(module: nn.Module) -> Tensor | float:
     """What multiplies a block's attention output before the residual adds it: timm ViT's ls1 (a LayerScale, or an
-    Identity), Eva's and Beit's gamma_1 (a vector, or None); 1 without layer scale."""
+    Identity), Eva's and Beit's gamma_1 (a vector, or None), transformers' Dinov2 layer_scale1.lambda1; 1 without
+    layer scale."""
     ls1 = getattr(module, "ls1", None)
+    if ls1 is None and hasattr(module, "layer_scale1"):
+        return module.layer_scale1.lambda1.detach().double().cpu()
     gamma = getattr(ls1, "gamma", None) if ls1 is not None else getattr(module, "gamma_1", None)
     return 1.0 if gamma is None else gamma.detach().double().cpu()
 
