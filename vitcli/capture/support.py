@@ -43,8 +43,9 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
-        "compare-patch-size": {"linear_patches", "plain_pooling"},
-        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_pooling"},
+        # closed-form counts of timm's standard blocks, the ones the explicit forward writes out
+        "compare-patch-size": {"explicit_forward", "linear_patches", "plain_pooling"},
+        "compare-patch-size --adapt": {"class_head", "explicit_forward", "linear_patches", "plain_pooling"},
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},

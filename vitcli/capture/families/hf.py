@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from vitcli.capture.families.timm_vit import ALL_BLOCK_SITES, heads_at_input
@@ -164,6 +165,17 @@ class HFTower(nn.Module):
     def head(self) -> nn.Module:
         return module_at(self.model, self.layout.classifier) if self.layout.classifier else nn.Identity()
 
+    @property
+    def pos_embed(self) -> Tensor:
+        """(1, 1 + patches, width): the position embeddings the model adds at its input size, CLS's first (timm's
+        layout), by the model's own interpolation where that size is not its config's."""
+        embeddings = module_at(self.model, self.layout.patch_proj.split(".patch_")[0])
+        height, width = self.patch_embed.img_size
+        patches = (height // self.patch_embed.patch_size[0]) * (width // self.patch_embed.patch_size[1])
+        proj = self.patch_embed.proj
+        rows = torch.zeros(1, 1 + patches, self.embed_dim, dtype=proj.weight.dtype, device=proj.weight.device)
+        return embeddings.interpolate_pos_encoding(rows, height, width)
+
     def forward_features(self, inputs: Tensor) -> Tensor:
         """Every row after the last block and the final norm (timm's forward_features)."""
         hidden = self.model(pixel_values=inputs, output_hidden_states=True, **self._resized(inputs)).hidden_states[-1]
@@ -250,7 +262,7 @@ class HFFamily(Family):
 
     @property
     def features(self) -> frozenset[str]:
-        features = {"pattern", "heads", "replace", "plain_rows", "linear_patches"}
+        features = {"pattern", "heads", "replace", "plain_rows", "linear_patches", "positions"}
         return frozenset(features | ({"class_head"} if self.layout.classifier else set()))
 
     def blocks(self) -> list[nn.Module]:
