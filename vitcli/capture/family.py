@@ -64,6 +64,8 @@ FEATURES = {
     "cls_token": "a class token (CLS) at row 0",
     "positions": "learned absolute position embeddings added to the patch rows",
     "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",
+    "timm_blocks": "timm's standard Block, Attention and Mlp: compare-patch-size counts them in closed form and "
+    "rebuilds the model at other patch sizes",
 }
 
 

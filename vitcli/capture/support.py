@@ -43,9 +43,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
-        # closed-form counts of timm's standard blocks, the ones the explicit forward writes out
-        "compare-patch-size": {"explicit_forward", "linear_patches", "plain_pooling"},
-        "compare-patch-size --adapt": {"class_head", "explicit_forward", "linear_patches", "plain_pooling"},
+        "compare-patch-size": {"linear_patches", "plain_pooling", "timm_blocks"},
+        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_pooling", "timm_blocks"},
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},
@@ -74,6 +73,8 @@ LACKS = {
     "cls_token": "no class token",
     "positions": "no learned absolute position embeddings",
     "plain_pooling": "no head reading the CLS row or the mean of the final rows (it pools by attention)",
+    "timm_blocks": "no timm standard blocks (Block, Attention, Mlp), whose cost vitcli counts and rebuilds at other "
+    "patch sizes",
 }
 
 
