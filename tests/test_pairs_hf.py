@@ -55,7 +55,7 @@ COMMANDS = [
     ("compare-patch-size --adapt", ["compare-patch-size", "--patch-sizes", "8,16", "--adapt", "{image}"]),
     ("probe", ["probe", "{folder}"]),
     ("explore", ["explore", "{image}"]),
-    ("explore --explain", ["explore", "{image}", "--explain", "rollout"]),
+    ("explore --explain", ["explore", "{image}", "--explain"]),
     *(
         (f"anatomy --view {view}", ["anatomy", "{four}", "--view", view])
         for view in ("filters", "positions", "distance", "cka", "pca", "norms")

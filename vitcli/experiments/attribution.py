@@ -156,7 +156,9 @@ def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tup
     family = model.family
     module, place = family.blocks()[block - 1], family.places()[block - 1]
     scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
-    proj = family.block_tap(module, place, "attn.hook_z").module  # the output projection: its input is z
+    proj = getattr(getattr(module, "attn", None), "proj", None)  # timm's (its attn.hook_z taps attn.norm's input)
+    if proj is None:  # transformers' blocks: the Linear whose input the family taps as attn.hook_z (o_proj, out_proj)
+        proj = family.block_tap(module, place, "attn.hook_z").module
     per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (place.heads, -1))
     bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
     return per_head, bias
