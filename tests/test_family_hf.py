@@ -273,3 +273,39 @@ def test_a_config_that_is_not_json_is_refused(cli, tmp_path, no_loading):
     (tmp_path / "config.json").write_text("{")
     line = refused(cli, "--model", f"hf:{tmp_path}")
     assert "its config.json cannot be read" in line
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_timms_readout_path_embed_and_positions_are_the_models_own(folders, name):
+    """What the timm-written readers call (forward_features, forward_head, norm, head, pos_embed) and the family's
+    embed give the model's own numbers: the output, the pooled embedding, block 1's input, and on ViT and DINOv2 the
+    patch projection plus its position embedding as the row entering block 1 (CLIP normalizes that sum first)."""
+    model = load(folders[name])
+    net, family = model.net, family_of(model.net)
+    inputs = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        with caching(net, ["blocks.1.hook_resid_pre"]) as cache:
+            output = net(inputs)
+        torch.testing.assert_close(net.forward_head(net.forward_features(inputs)), output)
+        torch.testing.assert_close(
+            net.forward_head(net.forward_features(inputs), pre_logits=True), family.pooled(inputs)
+        )
+        rows = family.embed(inputs)
+        torch.testing.assert_close(rows, cache["blocks.1.hook_resid_pre"])
+        weight, bias = model.patch_projection
+        projection = model.flatten_patches(inputs) @ weight + bias
+        positions = net.pos_embed
+    prefix = len(PREFIX.get(name, ("CLS",)))
+    assert positions.shape == (1, 17, 64)
+    if name != "CLIPVisionModel":
+        torch.testing.assert_close(projection + positions[:, 1:], rows[:, prefix:], atol=1e-5, rtol=1e-5)
+
+
+def test_attribute_by_head_follows_dinov2s_layer_scale(cli, tmp_path, photo):
+    """Seen to fail (self-check: the terms did not rebuild the score) before the per-head readout took Dinov2's
+    layer_scale1 into account: with layerscale_value 0.3 each head's term was 1/0.3 too large."""
+    folder = tmp_path / "dinov2"
+    torch.manual_seed(0)
+    transformers.Dinov2Model(transformers.Dinov2Config(layerscale_value=0.3, **TINY)).save_pretrained(folder)
+    result = cli("attribute", photo, "--by", "head", "--model", f"hf:{folder}", "--target-feature", "0")
+    assert result.exit_code == 0, result.stderr  # exit 1 when the terms do not rebuild the score

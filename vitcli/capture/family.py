@@ -66,6 +66,8 @@ FEATURES = {
     "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",
     "attention_pooling": "an attention pooling (timm's AttentionPoolLatent) whose probabilities can be captured",
     "pattern_gradients": "attention probabilities the forward itself goes on with, so gradients reach them",
+    "timm_blocks": "timm's standard Block, Attention and Mlp: compare-patch-size counts them in closed form and "
+    "rebuilds the model at other patch sizes",
 }
 
 

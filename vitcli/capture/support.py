@@ -46,8 +46,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
         # Its closed form counts attention over one token grid in every block (not windows on merged grids).
-        "compare-patch-size": {"linear_patches", "plain_rows", "plain_pooling"},
-        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_rows", "plain_pooling"},
+        "compare-patch-size": {"linear_patches", "plain_rows", "plain_pooling", "timm_blocks"},
+        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_rows", "plain_pooling", "timm_blocks"},
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},
@@ -79,6 +79,8 @@ LACKS = {
     "attention_pooling": "no attention pooling (its pooled embedding is the CLS row or the mean of the final rows)",
     "pattern_gradients": "no attention probabilities in the forward's graph (vitcli computes them beside the module, "
     "so no gradient reaches them)",
+    "timm_blocks": "no timm standard blocks (Block, Attention, Mlp), whose cost vitcli counts and rebuilds at other "
+    "patch sizes",
 }
 
 

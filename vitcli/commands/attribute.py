@@ -75,8 +75,8 @@ class AttributeJob(FollowsEmbedding, Job):
                 raise UsageError(
                     f"--block must be between 1 and {architecture.depth} (the model's blocks), not {self.block}"
                 )
-            attention = skeleton.blocks[self.block - 1].attn
-            norm = getattr(attention, "norm", None)  # Beit's attention has none
+            attention = getattr(skeleton.blocks[self.block - 1], "attn", None)  # transformers' blocks: none
+            norm = getattr(attention, "norm", None)  # Beit's attention has none, nor transformers' ViTs
             if type(norm).__name__ not in ("Identity", "NoneType") or getattr(attention, "gate", None) is not None:
                 raise UsageError(
                     f"--by token: {architecture.name}'s attention normalizes or gates the heads before attn.proj, "

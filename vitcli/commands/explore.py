@@ -58,7 +58,7 @@ class ExploreJob(Job):
         from vitcli.experiments.attention import require_attention
         from vitcli.experiments.explore import explore
 
-        require_attention(work.model)
+        require_attention(work.model)  # the explicit forward, or the family's captured attn.hook_pattern
         (result,) = explore(work.model, [work.image], self.blocks)
         if self.explain is not None:
             result.explanation = self.explain.compute(work)

@@ -9,6 +9,7 @@ from vitcli.context import CommandContext
 from vitcli.errors import UsageError
 from vitcli.filenames import escaped_path
 from vitcli.jobs import Job, Presentation
+from vitcli.loading_towers import is_tower
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.shell import vitcli_command
 from vitcli.spec import check_seed
@@ -99,17 +100,23 @@ def probe_command(
     if new:
         _write_cache(publisher.store, cache_folder, cache_name, {**cached, **new}, model.name)
     subject = f"data-{image_subject(data_dir)}"
-    state, classes = adapted_checkpoint(model, result)
-    record = {
-        "kind": "linear probe",
-        "backbone": model.backbone_record(),
-        "probe": {**job.settings(), "data": str(data_dir), "classes": classes, "images": len(folder.paths)},
-    }
-    written = _write_checkpoint(publisher, subject, f"{job.name()}-checkpoint", state, classes, job, record)
-    context.messages.info(
-        f"wrote {written[0]} and its class names {written[1]}; use it with "
-        f"`vitcli predict IMAGE --model {model.name} --checkpoint {written[0]}`"
-    )
+    classes = list(result.classes)
+    if is_tower(model.name):  # their --checkpoint loads no classifier head (hf: refuses it, open_clip: no head)
+        context.messages.info(
+            f"no checkpoint written: --checkpoint cannot give {model.name} a classifier head (timm models only)"
+        )
+    else:
+        state, classes = adapted_checkpoint(model, result)
+        record = {
+            "kind": "linear probe",
+            "backbone": model.backbone_record(),
+            "probe": {**job.settings(), "data": str(data_dir), "classes": classes, "images": len(folder.paths)},
+        }
+        written = _write_checkpoint(publisher, subject, f"{job.name()}-checkpoint", state, classes, job, record)
+        context.messages.info(
+            f"wrote {written[0]} and its class names {written[1]}; use it with "
+            f"`vitcli predict IMAGE --model {model.name} --checkpoint {written[0]}`"
+        )
     subject_json = {"path": escaped_path(data_dir), "classes": classes, "images": len(folder.paths)}
     context.publish([(job, result, subject, subject_json)], provenance)
 

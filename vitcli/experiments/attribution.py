@@ -166,18 +166,27 @@ def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbabili
 def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:
     """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
     and the attention bias's term, (gamma * b_O) . sum of the row directions."""
-    module = model.family.blocks()[block - 1]
+    family = model.family
+    module, place = family.blocks()[block - 1], family.places()[block - 1]
     scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
-    proj = getattr(module.attn, "proj", None) or module.attn.out_proj  # open_clip's nn.MultiheadAttention: out_proj
-    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (module.attn.num_heads, -1))
+    attention = getattr(module, "attn", None)
+    # timm's attn.proj (its attn.hook_z taps attn.norm's input), open_clip's nn.MultiheadAttention out_proj, else
+    # transformers' Linear whose input the family taps as attn.hook_z (o_proj, out_proj).
+    proj = getattr(attention, "proj", None) or getattr(attention, "out_proj", None)
+    if proj is None:
+        proj = family.block_tap(module, place, "attn.hook_z").module
+    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (place.heads, -1))
     bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
     return per_head, bias
 
 
 def _attention_layer_scale(module: nn.Module) -> Tensor | float:
     """What multiplies a block's attention output before the residual adds it: timm ViT's ls1 (a LayerScale, or an
-    Identity), Eva's and Beit's gamma_1 (a vector, or None); 1 without layer scale."""
+    Identity), Eva's and Beit's gamma_1 (a vector, or None), transformers' Dinov2 layer_scale1.lambda1; 1 without
+    layer scale."""
     ls1 = getattr(module, "ls1", getattr(module, "ls_1", None))  # open_clip: ls_1
+    if ls1 is None and hasattr(module, "layer_scale1"):
+        return module.layer_scale1.lambda1.detach().double().cpu()
     gamma = getattr(ls1, "gamma", None) if ls1 is not None else getattr(module, "gamma_1", None)
     return 1.0 if gamma is None else gamma.detach().double().cpu()
 

@@ -18,6 +18,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from vitcli.capture import block_site, caching, resid_pre_site
+from vitcli.capture.families.hf import HFFamily
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.experiments.trace import full_float32
@@ -165,7 +166,9 @@ def compare_images(
     net = model.net
     if len(images) < 2:
         raise UsageError("compare needs at least two images")
-    if type(net) is not VisionTransformer or not isinstance(net.head, nn.Linear):
+    # timm's ViT or a transformers classifier (HFTower): one Linear on the final normalized CLS row, no fc_norm
+    one_linear_head = type(net) is VisionTransformer or isinstance(model.family, HFFamily)
+    if not one_linear_head or not isinstance(net.head, nn.Linear):
         raise VitcliError(f"cannot compare readouts of {model.name}: vitcli reads one linear head on timm's ViT")
     if not 1 <= top_k <= model.num_classes:
         raise UsageError(f"--top-k must be between 1 and {model.num_classes} (the model's classes), not {top_k}")

@@ -347,7 +347,7 @@ def method_maps(
     block, contrast = settings.block, settings.contrast
     needs_attention = bool(ATTENTION_METHODS & set(methods))
     if needs_attention:
-        require_attention(model)  # the explicit forward or the captured attn.hook_pattern
+        require_attention(model)  # the explicit forward, or the family's captured attn.hook_pattern
     capture = None
     if needs_attention or "gradcam" in methods:
         capture = capture_gradients(

@@ -47,29 +47,35 @@ class PatchRows:
 def inspect_patches(model: VitModel, image: PreparedImage, selected: list[int]) -> PatchRows:
     """Flatten, project and position every patch of one image, and check the projection against the Conv2d."""
     grid = model.grid
-    trace = model.trace(image.input.unsqueeze(0), [])
     net = model.net
     with torch.inference_mode():
-        conv = net.patch_embed.proj(image.input.unsqueeze(0).to(model.device)).flatten(2).transpose(1, 2).cpu()
-    difference = float((trace.patch_embeddings - conv).abs().max())
+        inputs = image.input.unsqueeze(0).to(model.device)
+        pixels = model.flatten_patches(inputs)
+        weight, bias = model.patch_projection
+        embeddings = (pixels @ weight + bias).cpu()
+        tokens = model.embed(inputs).cpu()  # the model's own layers: the rows block 1 reads
+        conv = net.patch_embed.proj(inputs).flatten(2).transpose(1, 2).cpu()
+    pixels = pixels.cpu()
+    difference = float((embeddings - conv).abs().max())
     if not difference <= PROJECTION_TOLERANCE:
         raise VitcliError(
             f"self-check failed: X W_E + b_E differs from the model's Conv2d by {difference:.3g} "
             f"(tolerance {PROJECTION_TOLERANCE:g})"
         )
-    position_table = net.pos_embed[0].detach().cpu()
+    position_table = net.pos_embed.detach().reshape(-1, net.pos_embed.shape[-1]).cpu()
     details = []
     for patch in selected:
         token = grid.token_of_patch(patch)
-        # Position embeddings cover the prefix tokens too unless the model adds them to patches only.
-        position_index = patch - 1 if net.no_embed_class else token
+        # The patches' position embeddings come last: before them those of the prefix tokens that have one (none when
+        # timm adds them to patches only; CLS but not the registers in transformers' Dinov2).
+        position_index = len(position_table) - grid.num_patches + patch - 1
         details.append(
             PatchDetail(
                 patch,
-                trace.patch_pixels[0, patch - 1].tolist(),
-                trace.patch_embeddings[0, patch - 1].tolist(),
+                pixels[0, patch - 1].tolist(),
+                embeddings[0, patch - 1].tolist(),
                 position_table[position_index].tolist(),
-                trace.tokens[0, token].tolist(),
+                tokens[0, token].tolist(),
             )
         )
     return PatchRows(
@@ -78,7 +84,7 @@ def inspect_patches(model: VitModel, image: PreparedImage, selected: list[int]) 
         model.embed_dim,
         model.spec.label,
         difference,
-        trace.patch_embeddings[0].tolist(),
+        embeddings[0].tolist(),
         details,
         image.crop_uint8(),
     )

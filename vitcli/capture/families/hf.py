@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from vitcli.capture.families.timm_vit import ALL_BLOCK_SITES, heads_at_input
@@ -146,8 +147,43 @@ class HFTower(nn.Module):
 
     @property
     def num_features(self) -> int:
-        """The pooled output's width (what a classifier reads; what embedding targets read)."""
+        """The pooled embedding's width (timm's name): every class pools a row of the hidden width."""
         return self.embed_dim
+
+    # timm's readout path, which vitcli's readers follow (lens, probe, attribution, anatomy): the final norm on every
+    # row (CLIP's normalizes the class token alone, the same row, as LayerNorm normalizes each row by itself), the
+    # class token's row, the classifier (nothing without one).
+    num_prefix_tokens = property(lambda self: 1 + int(getattr(self.model.config, "num_register_tokens", 0)))
+    fc_norm = property(lambda self: nn.Identity())
+    head_drop = property(lambda self: nn.Identity())
+
+    @property
+    def norm(self) -> nn.Module:
+        return module_at(self.model, self.layout.final_norm)
+
+    @property
+    def head(self) -> nn.Module:
+        return module_at(self.model, self.layout.classifier) if self.layout.classifier else nn.Identity()
+
+    @property
+    def pos_embed(self) -> Tensor:
+        """(1, 1 + patches, width): the position embeddings the model adds at its input size, CLS's first (timm's
+        layout), by the model's own interpolation where that size is not its config's."""
+        embeddings = module_at(self.model, self.layout.patch_proj.split(".patch_")[0])
+        height, width = self.patch_embed.img_size
+        patches = (height // self.patch_embed.patch_size[0]) * (width // self.patch_embed.patch_size[1])
+        proj = self.patch_embed.proj
+        rows = torch.zeros(1, 1 + patches, self.embed_dim, dtype=proj.weight.dtype, device=proj.weight.device)
+        return embeddings.interpolate_pos_encoding(rows, height, width)
+
+    def forward_features(self, inputs: Tensor) -> Tensor:
+        """Every row after the last block and the final norm (timm's forward_features)."""
+        hidden = self.model(pixel_values=inputs, output_hidden_states=True, **self._resized(inputs)).hidden_states[-1]
+        return self.norm(hidden)
+
+    def forward_head(self, rows: Tensor, pre_logits: bool = False) -> Tensor:
+        """The class token's row of the final normalized rows, through the classifier unless `pre_logits`."""
+        return rows[:, 0] if pre_logits else self.head(rows[:, 0])
 
     def _resized(self, inputs: Tensor) -> dict[str, Any]:
         """Dinov2 always interpolates its position embeddings; ViT and CLIP only when asked, for other sizes."""
@@ -205,6 +241,10 @@ def split_heads(module: nn.Module, heads: int) -> Tap:
     return Tap(module, "output", lambda t: t.unflatten(-1, (heads, -1)), lambda _original, site: site.flatten(-2))
 
 
+class _Entered(Exception):
+    """Stops a forward at block 1's input (HFFamily.embed)."""
+
+
 class HFFamily(Family):
     name = "Hugging Face transformers ViT"
     block_sites = ALL_BLOCK_SITES
@@ -222,7 +262,7 @@ class HFFamily(Family):
 
     @property
     def features(self) -> frozenset[str]:
-        features = {"pattern", "heads", "replace", "plain_rows", "linear_patches"}
+        features = {"pattern", "heads", "replace", "plain_rows", "linear_patches", "positions"}
         return frozenset(features | ({"class_head"} if self.layout.classifier else set()))
 
     def blocks(self) -> list[nn.Module]:
@@ -253,6 +293,24 @@ class HFFamily(Family):
 
     def pooled(self, inputs: Tensor) -> Tensor:
         return self.net.pooled(inputs)
+
+    def embed(self, inputs: Tensor) -> Tensor:
+        """The rows entering block 1 as the model's own embeddings compute them (CLIP's pre-norm included): its
+        forward stopped there, so every model's embedding (interpolated positions, registers) is its own."""
+        entering: list[Tensor] = []
+
+        def stop(_module: nn.Module, args: tuple[Tensor, ...]) -> None:
+            entering.append(args[0])
+            raise _Entered
+
+        handle = self.blocks()[0].register_forward_pre_hook(stop)
+        try:
+            self.net.forward(inputs)
+        except _Entered:
+            pass
+        finally:
+            handle.remove()
+        return entering[0]
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         for block in self.blocks()[number - 1 :]:

@@ -131,6 +131,11 @@ class TimmViT(Family):
             features.add("explicit_forward")
         if type(self.net.patch_embed) is PatchEmbed:
             features.add("linear_patches")
+        if all(
+            type(block) is Block and type(block.attn) is Attention and type(block.mlp) is Mlp
+            for block in self.net.blocks
+        ):
+            features.add("timm_blocks")  # what patch_size_variants.require_countable asks of compare-patch-size
         if self.net.num_classes:
             features.add("class_head")
         if self.net.pos_embed is not None:
