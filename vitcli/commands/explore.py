@@ -55,9 +55,10 @@ class ExploreJob(Job):
         return {"blocks": self.blocks, "explain": None if self.explain is None else self.explain.settings()}
 
     def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.attention import require_attention
         from vitcli.experiments.explore import explore
 
-        work.model.require_standard_blocks()
+        require_attention(work.model)
         (result,) = explore(work.model, [work.image], self.blocks)
         if self.explain is not None:
             result.explanation = self.explain.compute(work)

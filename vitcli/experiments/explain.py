@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from vitcli.capture import block_site, caching_with_gradients, pattern_site
 from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.attention import patch_map
+from vitcli.experiments.attention import patch_map, require_attention
 from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
@@ -347,7 +347,7 @@ def method_maps(
     block, contrast = settings.block, settings.contrast
     needs_attention = bool(ATTENTION_METHODS & set(methods))
     if needs_attention:
-        model.require_standard_blocks()
+        require_attention(model)  # the explicit forward or the captured attn.hook_pattern
     capture = None
     if needs_attention or "gradcam" in methods:
         capture = capture_gradients(

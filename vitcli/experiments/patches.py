@@ -57,12 +57,14 @@ def inspect_patches(model: VitModel, image: PreparedImage, selected: list[int]) 
             f"self-check failed: X W_E + b_E differs from the model's Conv2d by {difference:.3g} "
             f"(tolerance {PROJECTION_TOLERANCE:g})"
         )
-    position_table = net.pos_embed[0].detach().cpu()
+    # BEiT adds no absolute positions (its relative bias acts inside the attention): a zero table says so exactly.
+    table = getattr(net, "pos_embed", None)
+    position_table = torch.zeros(grid.num_tokens, model.embed_dim) if table is None else table[0].detach().cpu()
     details = []
     for patch in selected:
         token = grid.token_of_patch(patch)
         # Position embeddings cover the prefix tokens too unless the model adds them to patches only.
-        position_index = patch - 1 if net.no_embed_class else token
+        position_index = patch - 1 if getattr(net, "no_embed_class", False) else token
         details.append(
             PatchDetail(
                 patch,
