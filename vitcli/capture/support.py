@@ -37,7 +37,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method rollout": {"class_head", "pattern", "plain_rows"},
         "explain --method relevance": {"class_head", "pattern", "plain_rows"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows"},
-        "lens": {"class_head", "plain_rows"},
+        "lens": {"class_head", "plain_rows", "cls_token", "plain_pooling"},  # the CLS and patch-mean readouts
         "attribute": {"class_head", "plain_rows", "replace", "plain_pooling"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},

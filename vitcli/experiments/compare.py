@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from vitcli.capture import block_site, caching, resid_pre_site
@@ -165,8 +164,8 @@ def compare_images(
     net = model.net
     if len(images) < 2:
         raise UsageError("compare needs at least two images")
-    if type(net) is not VisionTransformer or not isinstance(net.head, nn.Linear):
-        raise VitcliError(f"cannot compare readouts of {model.name}: vitcli reads one linear head on timm's ViT")
+    if not isinstance(getattr(net, "head", None), nn.Linear) or not hasattr(net, "fc_norm"):
+        raise VitcliError(f"cannot compare readouts of {model.name}: vitcli reads one linear head after timm's fc_norm")
     if not 1 <= top_k <= model.num_classes:
         raise UsageError(f"--top-k must be between 1 and {model.num_classes} (the model's classes), not {top_k}")
     chosen = list(dict.fromkeys(classes))
@@ -249,7 +248,8 @@ def _readout(model, weight_row, bias, h, index, row_logits, max_logit, shifted) 
 def _poolings(model: VitModel, final: Tensor, top_k: int) -> tuple[list[PoolingReadout], Tensor | None]:
     """The same head on the CLS row and on the mean of the patch rows (both through fc_norm, as timm's head path)."""
     net = model.net
-    own_readout = net.global_pool if not (net.global_pool == "avg" and net.pool_include_prefix) else None
+    include_prefix = getattr(net, "pool_include_prefix", False)  # timm's ViT only; Eva and Beit average patches
+    own_readout = net.global_pool if not (net.global_pool == "avg" and include_prefix) else None
     pooled = {"token": final[0], "avg": final[model.grid.num_prefix :].mean(0)}
     readouts, own_logits = [], None
     with torch.inference_mode():

@@ -1,0 +1,126 @@
+"""Every command on timm's Eva (EVA-02, with and without a classifier head) and Beit runs or is refused in one line as
+docs/models.md's table says; the lens and compare read what these heads read (the mean of the patch rows).
+
+The models are the real timm architectures cut down (2 blocks of width 64 with 2 heads, a 4x4 grid) and registered
+with timm under their own names, so the CLI builds them by name with `--weights random`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models.beit import Beit
+from timm.models.eva import Eva
+
+from conftest import RANDOM_CPU, result_files
+
+
+def _cfg(size: int, classes: int) -> dict:
+    return {
+        "url": "",
+        "num_classes": classes,
+        "input_size": (3, size, size),
+        "pool_size": None,
+        "crop_pct": 0.9,
+        "interpolation": "bicubic",
+        "mean": (0.5, 0.5, 0.5),
+        "std": (0.5, 0.5, 0.5),
+        "first_conv": "patch_embed.proj",
+        "classifier": "head",
+    }
+
+
+# register_model reads the pretrained cfgs of its module's `default_cfgs`.
+default_cfgs = generate_default_cfgs(
+    {"pairs_beit": _cfg(64, 10), "pairs_eva": _cfg(56, 10), "pairs_eva_headless": _cfg(56, 0)}
+)
+
+
+@register_model
+def pairs_beit(pretrained: bool = False, **kwargs) -> Beit:
+    """BEiT as beit_base_patch16_224 (relative bias per block, layer scale, average pooling), cut down."""
+    arguments = dict(img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=2, mlp_ratio=2, num_classes=10)
+    arguments |= dict(use_abs_pos_emb=False, use_rel_pos_bias=True, init_values=0.1)
+    return build_model_with_cfg(Beit, "pairs_beit", pretrained, **(arguments | kwargs))
+
+
+def _eva(name: str, classes: int, pretrained: bool, kwargs: dict) -> Eva:
+    """EVA-02 as eva02_tiny_patch14_224 (RoPE, SwiGLU, average pooling), cut down."""
+    arguments = dict(img_size=56, patch_size=14, embed_dim=64, depth=2, num_heads=2, mlp_ratio=4 * 2 / 3)
+    arguments |= dict(swiglu_mlp=True, use_rot_pos_emb=True, ref_feat_shape=(4, 4), num_classes=classes)
+    return build_model_with_cfg(Eva, name, pretrained, **(arguments | kwargs))
+
+
+@register_model
+def pairs_eva(pretrained: bool = False, **kwargs) -> Eva:
+    return _eva("pairs_eva", 10, pretrained, kwargs)
+
+
+@register_model
+def pairs_eva_headless(pretrained: bool = False, **kwargs) -> Eva:
+    return _eva("pairs_eva_headless", 0, pretrained, kwargs)
+
+
+MODELS = ["pairs_beit", "pairs_eva", "pairs_eva_headless"]
+
+
+def _final_rows(model, photo) -> torch.Tensor:
+    """The last block's output rows, by a hook this test puts on the net itself."""
+    kept = []
+    handle = model.net.blocks[-1].register_forward_hook(lambda _m, _i, output: kept.append(output))
+    try:
+        with torch.no_grad():
+            model.net(model.prepare(photo).input[None])
+    finally:
+        handle.remove()
+    return kept[0]
+
+
+@pytest.mark.parametrize("name", ["pairs_beit", "pairs_eva"])
+def test_lens_reads_the_cls_row_and_the_patch_mean_the_model_pools(cli, photo, workdir, name):
+    """Seen failing before: the "CLS" readout was forward_head's, which on these average-pooling heads is the mean
+    of the patch rows. Now the CLS readout after the last block is the head on row 0 (1e-7 in probability), and the
+    patch mean readout, the model's own, is its probabilities."""
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    result = cli("lens", photo, "--model", name, "-f", "json", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    (document,) = json.loads(result.stdout)["results"]
+    assert document["result"]["own_readout"] == "patch mean"
+    last = [row for row in document["result"]["readouts"] if row["block"] == 2]
+    by_readout = {row["readout"]: row for row in last}
+    model = load_model(WeightsSpec(model_name=name, random=True, seed=0), "cpu")
+    target = by_readout["CLS"]["target_class"]
+    net, rows = model.net, _final_rows(model, photo)
+    with torch.no_grad():
+        cls_p = net.head(net.fc_norm(net.norm(rows)[:, 0])).softmax(-1)[0, target]
+        own_p = net(model.prepare(photo).input[None]).softmax(-1)[0, target]
+    assert by_readout["CLS"]["target_probability"] == pytest.approx(float(cls_p), abs=1e-7)
+    assert by_readout["patch mean"]["target_probability"] == pytest.approx(float(own_p), abs=1e-7)
+    assert abs(float(cls_p - own_p)) > 1e-5  # 100 x the tolerance: the test tells the two readouts apart
+
+
+def test_compare_runs_on_beit_and_its_readout_is_the_models_logit(cli, photo, newfoundland, workdir):
+    """Seen failing before (exit 1, "vitcli reads one linear head on timm's ViT"): compare reads Beit's head input
+    (fc_norm of the patch mean) and its recomputed readout holds to the model's logits."""
+    result = cli("compare", photo, newfoundland, "--model", "pairs_beit", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    (path,) = workdir.glob("outputs/*/*/compare-*.json")
+    checks = json.loads(path.read_text())["result"]["checks"]
+    assert checks["max_abs_error_readout_vs_model_logit"] < 1e-6
+    assert checks["max_abs_error_own_pooling_vs_model_logits"] < 1e-6
+
+
+@pytest.mark.parametrize("name", ["pairs_beit", "pairs_eva"])
+def test_patches_runs_to_the_rows_entering_block_1(cli, photo, workdir, name):
+    """Seen failing before (an internal error: the trace read timm ViT's dynamic_img_size and patch_drop): the row
+    entering block 1 is the projection plus the position row (BEiT: none, its table is zeros)."""
+    result = cli("patches", photo, "--model", name, "--patch", "6", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result_files(workdir / "outputs", "patches-p6-v8")["json"].read_text())["result"]
+    (detail,) = document["selected"]
+    summed = torch.tensor(detail["projection"]) + torch.tensor(detail["position_embedding"])
+    assert torch.allclose(summed, torch.tensor(detail["block1_input"]), atol=1e-5)
