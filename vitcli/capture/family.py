@@ -59,6 +59,7 @@ FEATURES = {
     "replace": "sites that can be replaced (ablation, patching)",
     "plain_rows": "one row per token through every block on one grid (no windows, no patch merging)",
     "explicit_forward": "a forward vitcli writes out by hand and checks against the module's own",
+    "standard_blocks": "timm's standard Block, Attention and Mlp in every block (compare-patch-size counts them)",
     "linear_patches": "patches embedded by one linear map of their pixels",
     "class_head": "a classifier head",
     "cls_token": "a class token (CLS) at row 0",

@@ -43,8 +43,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
-        "compare-patch-size": {"linear_patches", "plain_pooling"},
-        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_pooling"},
+        "compare-patch-size": {"linear_patches", "plain_pooling", "standard_blocks"},
+        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_pooling", "standard_blocks"},
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},
@@ -68,6 +68,7 @@ LACKS = {
     "replace": "no sites vitcli can replace",
     "plain_rows": "no single token grid through every block (windows or patch merging)",
     "explicit_forward": "no forward vitcli can write out by hand",
+    "standard_blocks": "blocks other than timm's standard Block, Attention and Mlp, which compare-patch-size counts",
     "linear_patches": "no patch embedding that is one linear map of the pixels",
     "class_head": "no classifier head (num_classes=0)",
     "cls_token": "no class token",

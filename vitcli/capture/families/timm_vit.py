@@ -129,6 +129,8 @@ class TimmViT(Family):
             and all(type(block.mlp) is Mlp for block in self.net.blocks)
         ):
             features.add("explicit_forward")
+        if standard and all(type(block.mlp) is Mlp for block in self.net.blocks):
+            features.add("standard_blocks")  # what compare-patch-size's closed-form counts assume
         if type(self.net.patch_embed) is PatchEmbed:
             features.add("linear_patches")
         if self.net.num_classes:
