@@ -124,3 +124,86 @@ def test_patches_runs_to_the_rows_entering_block_1(cli, photo, workdir, name):
     (detail,) = document["selected"]
     summed = torch.tensor(detail["projection"]) + torch.tensor(detail["position_embedding"])
     assert torch.allclose(summed, torch.tensor(detail["block1_input"]), atol=1e-5)
+
+
+# The key of COMMAND_NEEDS each run is checked against, and its arguments after the image ({other}: a second image,
+# {folder}: a folder of images, {target}: an embedding target on the headless model, where the command takes one).
+PAIRS = [
+    ("predict", ["predict"]),
+    ("patches", ["patches"]),
+    ("attend", ["attend", "--block", "2", "--head", "1"]),
+    ("attend --view summary", ["attend", "--view", "summary"]),
+    ("attend --view all-blocks", ["attend", "--view", "all-blocks", "--all-heads"]),
+    ("attend --view rollout", ["attend", "--view", "rollout"]),
+    ("occlude-quadrants", ["occlude-quadrants", "{target}"]),
+    ("occlude-patches", ["occlude-patches", "{target}"]),
+    ("trace", ["trace"]),
+    ("compare", ["compare", "{other}"]),
+    ("explain", ["explain", "--method", "gradient", "--method", "gradcam", "--method", "occlusion", "{target}"]),
+    ("explain --method attention", ["explain", "--method", "attention", "{target}"]),
+    ("explain --method rollout", ["explain", "--method", "rollout", "--method", "relevance", "{target}"]),
+    ("explain --method grad-rollout", ["explain", "--method", "grad-rollout", "{target}"]),
+    ("explain --method relevance", ["explain", "--faithfulness", "{target}"]),  # its default methods include these
+    ("lens", ["lens"]),
+    ("attribute", ["attribute", "--by", "block", "{target}"]),
+    ("attribute --by head", ["attribute", "--by", "head", "{target}"]),
+    ("attribute --by token", ["attribute", "--by", "token", "--block", "2", "{target}"]),
+    ("ablate", ["ablate", "{target}"]),
+    ("patch", ["patch", "{other}", "{target}"]),
+    ("compare-patch-size", ["compare-patch-size"]),
+    ("compare-patch-size --adapt", ["compare-patch-size", "--adapt", "{image}"]),
+    ("probe", ["probe"]),
+    ("explore", ["explore"]),
+    ("explore --explain", ["explore", "--explain"]),
+    ("anatomy --view filters", ["anatomy", "--view", "filters"]),
+    ("anatomy --view positions", ["anatomy", "--view", "positions"]),
+    ("anatomy --view distance", ["anatomy", "--view", "distance"]),
+    ("anatomy --view cka", ["anatomy", "{folder}", "--view", "cka"]),
+    ("anatomy --view pca", ["anatomy", "--view", "pca"]),
+    ("anatomy --view norms", ["anatomy", "--view", "norms"]),
+]
+TARGET = ("--target-feature", "0")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, photo, newfoundland):
+    """A flat folder of 4 images (anatomy's CKA needs 4) and an ImageFolder of two classes of 2 (probe)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("sets")
+    for folder in ("flat", "classes/c0", "classes/c1"):
+        (root / folder).mkdir(parents=True)
+    for index, source in enumerate([photo, newfoundland, photo, newfoundland]):
+        image = Image.open(source).convert("RGB").rotate(5 * index)
+        image.save(root / "flat" / f"{index}.jpg")
+        image.save(root / "classes" / f"c{index % 2}" / f"{index}.jpg")
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("key, arguments", PAIRS, ids=[key for key, _ in PAIRS])
+def test_every_pair_runs_or_is_refused_as_the_table_says(
+    cli, photo, newfoundland, folders, monkeypatch, model, key, arguments
+):
+    """The table's answer (the family's features against COMMAND_NEEDS) is what the command does: exit 0, or exit 2
+    in one line naming the command and the model, before any weights load."""
+    import vitcli.loading
+    from vitcli.capture.support import facts_of, missing_features
+    from vitcli.loading import require_vit
+
+    has_target = model == "pairs_eva_headless" and "{target}" in arguments
+    missing = missing_features(key, facts_of(require_vit(model)).features, has_target)
+    values = {"{other}": [newfoundland], "{folder}": [], "{image}": [photo], "{target}": TARGET if has_target else []}
+    rest = [value for argument in arguments[1:] for value in values.get(argument, [argument])]
+    subject = {"probe": [folders / "classes"], "compare-patch-size": []}.get(arguments[0], [photo])
+    if "{folder}" in arguments:
+        subject = [folders / "flat"]
+    if missing:
+        monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    result = cli(arguments[0], *subject, *rest, "--model", model, *RANDOM_CPU)
+    if missing:
+        assert result.exit_code == 2, result.stderr
+        assert result.stderr.startswith(f"error: `{key}` needs what {model}") and result.stderr.count("\n") == 1
+    else:
+        assert result.exit_code == 0, result.stderr

@@ -68,7 +68,7 @@ LACKS = {
     "replace": "no sites vitcli can replace",
     "plain_rows": "no single token grid through every block (windows or patch merging)",
     "explicit_forward": "no forward vitcli can write out by hand",
-    "standard_blocks": "blocks other than timm's standard Block, Attention and Mlp, which compare-patch-size counts",
+    "standard_blocks": "no timm standard Block, Attention and Mlp in every block (what compare-patch-size counts)",
     "linear_patches": "no patch embedding that is one linear map of the pixels",
     "class_head": "no classifier head (num_classes=0)",
     "cls_token": "no class token",
