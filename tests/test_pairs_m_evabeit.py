@@ -207,3 +207,31 @@ def test_every_pair_runs_or_is_refused_as_the_table_says(
         assert result.stderr.startswith(f"error: `{key}` needs what {model}") and result.stderr.count("\n") == 1
     else:
         assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "arguments, fragment",
+    [
+        (["lens", "--model", "vit_medium_patch16_gap_256"], "lacks: no class token"),
+        (
+            ["compare-patch-size", "--model", "beit_base_patch16_224"],
+            "lacks: no timm standard Block, Attention and Mlp",
+        ),
+        (
+            ["compare-patch-size", "--model", "eva02_tiny_patch14_224"],
+            "lacks: no timm standard Block, Attention and Mlp",
+        ),
+    ],
+    ids=["lens without CLS", "compare-patch-size on BEiT", "compare-patch-size on EVA-02"],
+)
+def test_what_these_commands_cannot_read_is_refused_before_loading(cli, photo, monkeypatch, arguments, fragment):
+    """Seen failing before: lens on a mean-pooled ViT without a class token ran, calling the mean readout "CLS";
+    compare-patch-size on BEiT and EVA-02 was refused only by its own check, while the table said it runs."""
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    image = [] if arguments[0] == "compare-patch-size" else [photo]
+    result = cli(arguments[0], *image, *arguments[1:], *RANDOM_CPU)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith(f"error: `{arguments[0]}` needs what {arguments[2]}") and fragment in result.stderr
+    assert result.stderr.count("\n") == 1
