@@ -235,3 +235,29 @@ def test_what_these_commands_cannot_read_is_refused_before_loading(cli, photo, m
     assert result.exit_code == 2, result.stderr
     assert result.stderr.startswith(f"error: `{arguments[0]}` needs what {arguments[2]}") and fragment in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["pairs_beit", "pairs_eva"])
+def test_explain_attention_is_the_cls_row_the_module_computed(cli, photo, workdir, name):
+    """Seen failing before (exit 1, "the explicit forward follows timm's ViT"): explain --method attention on these
+    families reads the captured pattern; its map is block 2's CLS row at attn_drop on the non-fused path (what the
+    block multiplies v by: BEiT's relative bias, EVA-02's RoPE included), mean over heads, patch sources (1e-6)."""
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    result = cli("explain", photo, "--method", "attention", "--block", "2", "--model", name, *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    (path,) = workdir.glob("outputs/*/*/explain-mattention-*.json")
+    (shown,) = json.loads(path.read_text())["result"]["maps"]
+    model = load_model(WeightsSpec(model_name=name, random=True, seed=0), "cpu")
+    attention, kept = model.net.blocks[1].attn, []
+    handle = attention.attn_drop.register_forward_hook(lambda _m, _i, output: kept.append(output))
+    fused, attention.fused_attn = attention.fused_attn, False
+    try:
+        with torch.no_grad():
+            model.net(model.prepare(photo).input[None])
+    finally:
+        attention.fused_attn = fused
+        handle.remove()
+    expected = kept[0][0, :, 0, 1:].mean(dim=0).reshape(4, 4)
+    assert torch.allclose(torch.tensor(shown["values"]), expected, atol=1e-6)
