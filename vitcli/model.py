@@ -335,10 +335,13 @@ class VitModel:
             pixels = self.flatten_patches(x)
             weight, bias = self.patch_projection
             embeddings = pixels @ weight + bias
-            rows = net.patch_embed.norm(embeddings)
-            if net.dynamic_img_size:
-                rows = rows.reshape(x.shape[0], self.grid.rows, self.grid.cols, -1)
-            tokens = net.norm_pre(net.patch_drop(net._pos_embed(rows)))
+            if isinstance(net, VisionTransformer):
+                rows = net.patch_embed.norm(embeddings)
+                if net.dynamic_img_size:
+                    rows = rows.reshape(x.shape[0], self.grid.rows, self.grid.cols, -1)
+                tokens = net.norm_pre(net.patch_drop(net._pos_embed(rows)))
+            else:  # other families stop at block 1's input (their blocks are refused above): their own embedding
+                tokens = self.family.embed(x)
             trace = Trace(pixels.cpu(), embeddings.cpu(), tokens.cpu())
             hidden = tokens
             for index, block in enumerate(net.blocks[:stop]):

@@ -38,7 +38,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method rollout": {"class_head", "pattern", "plain_rows"},
         "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
-        "lens": {"class_head", "plain_rows"},
+        "lens": {"class_head", "plain_rows", "cls_token", "plain_pooling"},  # the CLS and patch-mean readouts
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
         "attribute": {"class_head", "replace", "plain_pooling"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},

@@ -14,11 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor, nn
 
 from vitcli.capture import block_site, caching, resid_pre_site
-from vitcli.capture.families.hf import HFFamily
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.predict import ClassScore, top_classes
 from vitcli.experiments.trace import full_float32
@@ -166,10 +164,8 @@ def compare_images(
     net = model.net
     if len(images) < 2:
         raise UsageError("compare needs at least two images")
-    # timm's ViT or a transformers classifier (HFTower): one Linear on the final normalized CLS row, no fc_norm
-    one_linear_head = type(net) is VisionTransformer or isinstance(model.family, HFFamily)
-    if not one_linear_head or not isinstance(net.head, nn.Linear):
-        raise VitcliError(f"cannot compare readouts of {model.name}: vitcli reads one linear head on timm's ViT")
+    if not isinstance(getattr(net, "head", None), nn.Linear) or not hasattr(net, "fc_norm"):
+        raise VitcliError(f"cannot compare readouts of {model.name}: vitcli reads one linear head after timm's fc_norm")
     if not 1 <= top_k <= model.num_classes:
         raise UsageError(f"--top-k must be between 1 and {model.num_classes} (the model's classes), not {top_k}")
     chosen = list(dict.fromkeys(classes))
@@ -252,7 +248,8 @@ def _readout(model, weight_row, bias, h, index, row_logits, max_logit, shifted) 
 def _poolings(model: VitModel, final: Tensor, top_k: int) -> tuple[list[PoolingReadout], Tensor | None]:
     """The same head on the CLS row and on the mean of the patch rows (both through fc_norm, as timm's head path)."""
     net = model.net
-    own_readout = net.global_pool if not (net.global_pool == "avg" and net.pool_include_prefix) else None
+    include_prefix = getattr(net, "pool_include_prefix", False)  # timm's ViT only; Eva and Beit average patches
+    own_readout = net.global_pool if not (net.global_pool == "avg" and include_prefix) else None
     pooled = {"token": final[0], "avg": final[model.grid.num_prefix :].mean(0)}
     readouts, own_logits = [], None
     with torch.inference_mode():

@@ -1,9 +1,10 @@
 """Logit lens: read the class scores out of the rows after each block, with the model's own final norm and head.
 
-After block b the CLS row is read exactly as the model reads its last one (`net.forward_head(net.norm(rows))`), and
-the mean of the patch rows (prefix tokens excluded) goes through the same final norm and head. The capture layer
-only reads the block outputs (hook_resid_post) of the model's own forward, so the CLS readout after the last block
-must equal the model's logits exactly; the result carries that difference and a nonzero one is refused.
+After block b the CLS row goes through the model's final norm, fc_norm and head (the path `net.forward_head` takes
+with token pooling), and the mean of the patch rows (prefix tokens excluded) through the same norm and head. The
+capture layer only reads the block outputs (hook_resid_post) of the model's own forward, so the readout the model's
+head itself reads (CLS with token pooling, the patch mean with average pooling, as BEiT and EVA-02) must equal the
+model's logits exactly after the last block; the result carries that difference and a nonzero one is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class LensResult:
     depth: int
     target: ClassProbability  # with the model's own (final) probability
     readouts: list[LensReadout]  # block by block, CLS before patch mean
-    final_difference: float  # max |CLS readout after the last block - the model's logits|: 0 by construction
+    final_difference: float  # max |own readout after the last block - the model's logits|: 0 by construction
+    own_readout: str = CLS  # the readout the model's head reads: CLS (token pooling) or PATCH_MEAN (average pooling)
 
     def series(self, readout: str) -> list[LensReadout]:
         return [row for row in self.readouts if row.readout == readout]
@@ -54,13 +56,19 @@ def logit_lens(model: VitModel, prepared: PreparedImage, target: str | None = No
     with torch.inference_mode(), caching(net, sites) as captured:
         logits = net(prepared.input[None].to(model.device))
         outputs = [captured[site] for site in sites]
-        cls_logits = torch.cat([net.forward_head(net.norm(rows)) for rows in outputs])
-        patch_means = torch.cat([rows[:, prefix:].mean(dim=1) for rows in outputs])
-        mean_logits = net.head(net.head_drop(net.fc_norm(net.norm(patch_means))))
-    final_difference = float((cls_logits[-1] - logits[0]).abs().max())
+        # One block at a time, each as the model's own head runs it on one image (a matrix product over more rows
+        # may round differently, and the model's own readout must match its logits exactly).
+        cls_logits = torch.cat([net.head(net.head_drop(net.fc_norm(net.norm(rows)[:, 0]))) for rows in outputs])
+        mean_logits = torch.cat(
+            [net.head(net.head_drop(net.fc_norm(net.norm(rows[:, prefix:].mean(dim=1))))) for rows in outputs]
+        )
+    own_readout = PATCH_MEAN if model.family.pooling == "avg" else CLS
+    own_logits = mean_logits if own_readout == PATCH_MEAN else cls_logits
+    final_difference = float((own_logits[-1] - logits[0]).abs().max())
     if final_difference != 0.0:
         raise VitcliError(
-            f"self-check failed: the logit lens after block {model.depth} differs from the model's logits by "
+            f"self-check failed: the logit lens ({own_readout} readout, as the model's head reads) after block "
+            f"{model.depth} differs from the model's logits by "
             f"{final_difference:.3g}; it must equal them exactly"
         )
     probabilities = logits[0].float().cpu().softmax(dim=-1)
@@ -76,6 +84,7 @@ def logit_lens(model: VitModel, prepared: PreparedImage, target: str | None = No
         ClassProbability(index, model.labels[index], float(probabilities[index])),
         readouts,
         final_difference,
+        own_readout,
     )
 
 

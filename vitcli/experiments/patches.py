@@ -62,7 +62,10 @@ def inspect_patches(model: VitModel, image: PreparedImage, selected: list[int]) 
             f"self-check failed: X W_E + b_E differs from the model's Conv2d by {difference:.3g} "
             f"(tolerance {PROJECTION_TOLERANCE:g})"
         )
-    position_table = net.pos_embed.detach().reshape(-1, net.pos_embed.shape[-1]).cpu()
+    # BEiT adds no absolute positions (its relative bias acts inside the attention): a zero table says so exactly.
+    table = getattr(net, "pos_embed", None)
+    width = model.embed_dim
+    position_table = torch.zeros(grid.num_tokens, width) if table is None else table.detach().reshape(-1, width).cpu()
     details = []
     for patch in selected:
         token = grid.token_of_patch(patch)

@@ -10,8 +10,9 @@ from vitcli.experiments.lens import CLS, PATCH_MEAN, LensReadout, LensResult
 from vitcli.render import weights_caption
 
 DEFINITION = (
-    "after block b: CLS readout = the model's final norm and head on the CLS row (exactly how the model reads its "
-    "last block); patch mean readout = the same final norm and head on the mean of the patch rows"
+    "after block b: CLS readout = the model's final norm and head on the CLS row; patch mean readout = the same "
+    "final norm and head on the mean of the patch rows; the model's own head reads {own} (its last block's readout "
+    "is the model's logits)"
 )
 
 
@@ -28,8 +29,8 @@ def table(result: LensResult) -> Table:
     lens = Table(
         title=f"{result.source.display_path}\nlogit lens for {_target_text(result)}",
         caption=(
-            f"{DEFINITION}\nrank 1 = the largest logit; "
-            f"block {result.depth} CLS readout vs the model's logits: max |difference| {result.final_difference:g}"
+            f"{DEFINITION.format(own=result.own_readout)}\nrank 1 = the largest logit; block {result.depth} "
+            f"{result.own_readout} readout vs the model's logits: max |difference| {result.final_difference:g}"
             f"\n{weights_caption(result.weights_label)}"
         ),
     )
@@ -68,14 +69,18 @@ def rows(result: LensResult) -> list[dict[str, Any]]:
 def document(result: LensResult) -> dict[str, Any]:
     return {
         "weights": result.weights_label,
-        "definition": DEFINITION,
+        "definition": DEFINITION.format(own=result.own_readout),
+        "own_readout": result.own_readout,
         "target": {
             "class_index": result.target.index,
             "label": result.target.label,
             "probability": result.target.probability,
         },
         "self_check": {
-            "what": f"largest |CLS readout after block {result.depth} - the model's logits|; must be exactly 0",
+            "what": (
+                f"largest |{result.own_readout} readout after block {result.depth} - the model's logits|; "
+                "must be exactly 0"
+            ),
             "max_abs_difference": result.final_difference,
         },
         "readouts": [{key: value for key, value in row.items() if key != "target_label"} for row in rows(result)],
