@@ -9,7 +9,6 @@ from vitcli.context import CommandContext
 from vitcli.errors import UsageError
 from vitcli.filenames import escaped_path
 from vitcli.jobs import Job, Presentation
-from vitcli.loading_towers import is_tower
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.shell import vitcli_command
 from vitcli.spec import check_seed
@@ -101,6 +100,7 @@ def probe_command(
         _write_cache(publisher.store, cache_folder, cache_name, {**cached, **new}, model.name)
     subject = f"data-{image_subject(data_dir)}"
     classes = list(result.classes)
+    from vitcli.loading_towers import is_tower  # torch: not at --help time
     if is_tower(model.name):  # their --checkpoint loads no classifier head (hf: refuses it, open_clip: no head)
         context.messages.info(
             f"no checkpoint written: --checkpoint cannot give {model.name} a classifier head (timm models only)"
