@@ -360,5 +360,7 @@ def test_attend_prints_nothing_when_the_captured_pattern_does_not_give_the_heads
     right = timm_swin.WindowLayout.pattern
     # Rows moved one key along: still probabilities summing to 1, but no longer the ones the module used.
     monkeypatch.setattr(timm_swin.WindowLayout, "pattern", lambda self, windowed: right(self, windowed).roll(1, -1))
-    with pytest.raises(VitcliError, match="self-check failed in block 4: the captured attention @ v differs"):
+    with pytest.raises(
+        VitcliError, match="self-check failed in block 4: the captured attention differs from the heads. outputs"
+    ):
         attention.attend(swin_model, prepared, query, [SHIFTED], [1])

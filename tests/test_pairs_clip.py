@@ -14,9 +14,6 @@ from vitcli.capture.support import TARGET_COMMANDS, missing_features
 from vitcli.spec import WeightsSpec
 
 MODELS = ["open_clip:ViT-S-32", "test_vit3"]
-# Pairs the table says run but that the command itself refuses in one line, exit 2, before loading (not yet counted
-# by the table): compare-patch-size's closed form counts timm's Block, Attention and Mlp only.
-OWN_REFUSALS = {("open_clip:ViT-S-32", "compare-patch-size"): "compare-patch-size counts timm's standard Block"}
 
 # (COMMAND_NEEDS key, arguments after the command's name); {image}, {other} and {folder} are filled in.
 PAIRS = [
@@ -78,10 +75,7 @@ def test_every_pair_runs_or_is_refused_as_the_table_says(cli, photo, newfoundlan
     filled = [argument.format(image=photo, other=newfoundland, folder=folder) for argument in arguments]
     options = ["--target-feature", "0"] if target else []
     result = cli(*filled, *options, "--model", model, "--no-figures", *RANDOM_CPU)
-    if (model, key) in OWN_REFUSALS:
-        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
-        assert OWN_REFUSALS[model, key] in result.stderr
-    elif missing:
+    if missing:
         assert result.exit_code == 2, result.stderr
         assert result.stderr.count("\n") == 1 and f"`{key}` needs what {model}" in result.stderr, result.stderr
     else:
