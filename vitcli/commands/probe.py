@@ -101,6 +101,7 @@ def probe_command(
     subject = f"data-{image_subject(data_dir)}"
     classes = list(result.classes)
     from vitcli.loading_towers import is_tower  # torch: not at --help time
+
     if is_tower(model.name):  # their --checkpoint loads no classifier head (hf: refuses it, open_clip: no head)
         context.messages.info(
             f"no checkpoint written: --checkpoint cannot give {model.name} a classifier head (timm models only)"
