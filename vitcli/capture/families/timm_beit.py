@@ -17,8 +17,8 @@ from timm.layers import PatchEmbed
 from timm.models.beit import Attention, Beit, Block
 from torch import Tensor, nn
 
-from vitcli.capture.families.timm_vit import ALL_BLOCK_SITES, heads_at_input, unfused
-from vitcli.capture.family import BlockPlace, Family, Tap
+from vitcli.capture.families.timm_vit import TimmFamily, heads_at_input, unfused
+from vitcli.capture.family import BlockPlace, Tap
 from vitcli.grid import PatchGrid
 
 QKV_PART = {"attn.hook_q": 0, "attn.hook_k": 1, "attn.hook_v": 2}
@@ -66,9 +66,8 @@ def pooled_vector_tap(net: nn.Module, kind: str) -> Tap:
     }[kind]()
 
 
-class TimmBeit(Family):
+class TimmBeit(TimmFamily):
     name = "timm Beit"
-    block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
 
     net: Beit
 
@@ -117,14 +116,6 @@ class TimmBeit(Family):
         return PatchGrid(height, width, embed.patch_size[0], ("CLS",))  # Beit always has its class token
 
     @property
-    def width(self) -> int:
-        return self.net.embed_dim
-
-    @property
-    def num_classes(self) -> int:
-        return self.net.num_classes
-
-    @property
     def pooling(self) -> str:
         return self.net.global_pool or "none"
 
@@ -135,9 +126,6 @@ class TimmBeit(Family):
         if net.pos_embed is not None:
             rows = rows + net.pos_embed
         return net.pos_drop(rows)
-
-    def pooled(self, inputs: Tensor) -> Tensor:
-        return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         net = self.net

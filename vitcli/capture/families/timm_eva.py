@@ -18,8 +18,14 @@ from timm.models.eva import Eva, EvaAttention, EvaBlock
 from torch import Tensor, nn
 
 from vitcli.capture.families.timm_beit import QKV_PART, pooled_vector_sites, pooled_vector_tap, projected_part
-from vitcli.capture.families.timm_vit import ALL_BLOCK_SITES, heads_at_input, latent_pattern, unfused, v_of_qkv
-from vitcli.capture.family import BlockPlace, Family, Tap
+from vitcli.capture.families.timm_vit import (
+    TimmFamily,
+    heads_at_input,
+    latent_pattern,
+    unfused,
+    v_of_qkv,
+)
+from vitcli.capture.family import BlockPlace, Tap
 from vitcli.grid import PatchGrid
 
 
@@ -44,9 +50,8 @@ def rotated_q_or_k(attention: nn.Module, norm: nn.Module) -> Tap:
     return Tap(norm, "output", to_site, None, prepare=prepare)
 
 
-class TimmEva(Family):
+class TimmEva(TimmFamily):
     name = "timm Eva"
-    block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
 
     net: Eva
 
@@ -107,14 +112,6 @@ class TimmEva(Family):
         return PatchGrid(height, width, net.patch_embed.patch_size[0], tuple(names))
 
     @property
-    def width(self) -> int:
-        return self.net.embed_dim
-
-    @property
-    def num_classes(self) -> int:
-        return self.net.num_classes
-
-    @property
     def pooling(self) -> str:
         return "map" if self.net.attn_pool is not None else (self.net.global_pool or "none")
 
@@ -122,9 +119,6 @@ class TimmEva(Family):
         net = self.net
         rows, _rope = net._pos_embed(net.patch_embed(inputs))
         return net.norm_pre(rows)
-
-    def pooled(self, inputs: Tensor) -> Tensor:
-        return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         net = self.net

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from vitcli.capture.families.timm_vit import ALL_BLOCK_SITES, unfused
-from vitcli.capture.family import BlockPlace, Family, Tap
+from vitcli.capture.families.timm_vit import TimmFamily, unfused
+from vitcli.capture.family import BlockPlace, Tap
 from vitcli.grid import PatchGrid
 
 
@@ -96,9 +96,8 @@ def qkv_part(qkv: nn.Module, layout: WindowLayout, part: int, heads: int) -> Tap
     return Tap(qkv, "output", to_site, to_module)
 
 
-class TimmSwin(Family):
+class TimmSwin(TimmFamily):
     name = "timm SwinTransformer"
-    block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
     model_sites = frozenset(("embed.hook_patches", "ln_final.hook_normalized", "pool.hook_out", "head.hook_in"))
 
     def refusal(self) -> str | None:
@@ -152,19 +151,8 @@ class TimmSwin(Family):
         return self.places()[-1].grid
 
     @property
-    def width(self) -> int:
-        return self.net.embed_dim
-
-    @property
-    def num_classes(self) -> int:
-        return self.net.num_classes
-
-    @property
     def pooling(self) -> str:
         return self.net.global_pool
-
-    def pooled(self, inputs: Tensor) -> Tensor:
-        return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         net = self.net

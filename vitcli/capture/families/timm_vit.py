@@ -88,9 +88,26 @@ def heads_at_input(module: nn.Module, heads: int) -> Tap:
     return Tap(module, "input", lambda t: t.unflatten(-1, (heads, -1)), lambda _original, site: site.flatten(-2))
 
 
-class TimmViT(Family):
-    name = "timm VisionTransformer"
+class TimmFamily(Family):
+    """What every timm family shares: the width of block 1's rows, the classifier's classes, and timm's pooled
+    embedding (forward_head of forward_features with pre_logits=True)."""
+
     block_sites = ALL_BLOCK_SITES | {"ln2.hook_normalized"}
+
+    @property
+    def width(self) -> int:
+        return self.net.embed_dim
+
+    @property
+    def num_classes(self) -> int:
+        return self.net.num_classes
+
+    def pooled(self, inputs: Tensor) -> Tensor:
+        return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
+
+
+class TimmViT(TimmFamily):
+    name = "timm VisionTransformer"
     model_sites = frozenset(("embed.hook_patches", "ln_final.hook_normalized", "pool.hook_out", "head.hook_in"))
 
     net: VisionTransformer
@@ -170,19 +187,8 @@ class TimmViT(Family):
         return tuple(names)
 
     @property
-    def width(self) -> int:
-        return self.net.embed_dim
-
-    @property
-    def num_classes(self) -> int:
-        return self.net.num_classes
-
-    @property
     def pooling(self) -> str:
         return "map" if self.net.attn_pool is not None else self.net.global_pool
-
-    def pooled(self, inputs: Tensor) -> Tensor:
-        return self.net.forward_head(self.net.forward_features(inputs), pre_logits=True)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         net = self.net
