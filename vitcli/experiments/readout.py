@@ -188,7 +188,9 @@ class _FrozenReadout:
         row_norm, pooled_norm = _final_norms(net)
         self.row_norm = _FrozenLayerNorm(row_norm, rows)
         normalized = self.row_norm(rows, affine=True)
-        self.projection = _double(getattr(net, "embedding_projection", None))  # open_clip: the embedding is pooled @ proj
+        self.projection = _double(
+            getattr(net, "embedding_projection", None)
+        )  # open_clip: the embedding is pooled @ proj
         self.paths = []
         for share, weights, head in _pool_weights(net, rows.shape[0]):
             pooling = _Pooling(weights, getattr(net, "attn_pool", None), _attention_pooling_start(net), normalized)
