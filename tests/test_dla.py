@@ -175,7 +175,6 @@ def no_model_load(monkeypatch):
     ("options", "lacks"),
     [
         (["--model", "swin_tiny_patch4_window7_224"], "lacks: no single token grid through every block"),
-        (["--model", "vit_base_patch16_siglip_224", "--target-feature", "0"], "lacks: no head reading the CLS row"),
     ],
 )
 def test_refused_where_attribute_by_token_is_before_loading(cli, photo, no_model_load, options, lacks):
