@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST := HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
-.PHONY: install demo demo-offline test test-all lint format docs docs-check bench clean
+.PHONY: install demo demo-offline test test-all lint lint-js format docs docs-check bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,9 +36,15 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PYTEST)
 
-lint: $(STAMP)
+lint: $(STAMP) lint-js
 	$(BIN)/ruff format --check vitcli tests benchmarks
 	$(BIN)/ruff check vitcli tests benchmarks
+
+# The explorer page's script (vitcli/presentation/explorer.js) with ESLint, pinned in package-lock.json (node and npm
+# from the system; node_modules/ is not committed).
+lint-js:
+	npm ci --no-audit --no-fund --loglevel=error
+	npx --no-install eslint eslint.config.js vitcli
 
 format: $(STAMP)
 	$(BIN)/ruff format vitcli tests benchmarks
@@ -62,4 +68,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/explain.py
 
 clean:
-	rm -rf $(VENV) outputs/ .pytest_cache
+	rm -rf $(VENV) outputs/ .pytest_cache node_modules
