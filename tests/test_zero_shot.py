@@ -255,3 +255,27 @@ def test_labels_and_labels_file_together_are_refused(cli, newfoundland, tmp_path
     names.write_text("dog\n", encoding="utf-8")
     code, line = refusal(cli, "predict", newfoundland, "--labels", "dog", "--labels-file", names)
     assert code == 2 and line == "error: --labels and --labels-file both name the classes: give one"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("dog,,cat", "error: --labels 'dog,,cat': name 2 of the list is empty; give comma-separated names"),
+        ("dog,cat,dog", "error: --labels names 'dog' twice; give each label once"),
+    ],
+)
+def test_an_empty_or_repeated_label_is_refused(cli, newfoundland, value, message):
+    code, line = refusal(cli, "predict", newfoundland, "--model", f"open_clip:{TINY_CLIP}", "--weights", "random",
+                         "--labels", value)  # fmt: skip
+    assert (code, line) == (2, message)
+
+
+def test_a_config_label_list_with_a_comma_in_a_name_is_refused(cli, tmp_path, newfoundland):
+    config = tmp_path / "zero.toml"
+    config.write_text(
+        f'[model]\nname = "open_clip:{TINY_CLIP}"\nlabels = ["dog", "hot, dog"]\n'
+        '[[experiments]]\ncommand = "predict"\n',
+        encoding="utf-8",
+    )
+    code, line = refusal(cli, "run", config, newfoundland, "--weights", "random")
+    assert code == 2 and line == "error: model.labels: a list must hold label names, none empty and none with a comma"
