@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: N812  (the usual name)
 from torch import Tensor, nn
 
 from vitcli.capture import family_of
-from vitcli.errors import UsageError
+from vitcli.errors import UsageError, VitcliError
 from vitcli.spec import WeightsSpec
 from vitcli.text_tower import PLACEHOLDER, TextTower, fill
 
@@ -87,8 +87,6 @@ def spec_labels(spec: WeightsSpec) -> tuple[str, ...] | None:
     if spec.labels is None:
         return None
     if not spec.labels.is_file():
-        from vitcli.errors import VitcliError
-
         raise VitcliError(f"labels file not found: {spec.labels}")
     return read_labels(spec.labels)
 
@@ -111,14 +109,6 @@ def set_head(net: nn.Module, head: ZeroShotHead) -> None:
     else:
         net.head = head
         net.num_classes = head.out_features
-
-
-def zero_shot_probabilities(model: Any, logits: Tensor) -> tuple[Tensor, str]:
-    """Probabilities of (classes,) logits as the model defines them, and which: softmax, or SigLIP's sigmoid."""
-    zero_shot = getattr(model, "zero_shot", None)
-    if zero_shot is None:
-        return logits.softmax(dim=-1), "softmax"
-    return zero_shot.probabilities(logits), zero_shot.kind
 
 
 def texts_key(spec: WeightsSpec) -> str:
