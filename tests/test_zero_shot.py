@@ -279,3 +279,10 @@ def test_a_config_label_list_with_a_comma_in_a_name_is_refused(cli, tmp_path, ne
     )
     code, line = refusal(cli, "run", config, newfoundland, "--weights", "random")
     assert code == 2 and line == "error: model.labels: a list must hold label names, none empty and none with a comma"
+
+
+def test_a_config_template_without_a_text_tower_names_no_experiment(cli, tmp_path, newfoundland):
+    config = tmp_path / "timm.toml"
+    config.write_text('[model]\ntemplate = "a {}."\n[[experiments]]\ncommand = "predict"\n', encoding="utf-8")
+    code, line = refusal(cli, "run", config, newfoundland, "--weights", "random")
+    assert code == 2 and line.startswith("error: --template needs a text tower, which vit_tiny_patch16_224")
