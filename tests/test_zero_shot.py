@@ -214,7 +214,11 @@ def test_a_single_sigmoid_label_needs_no_warning(cli, newfoundland):
     assert result.exit_code == 0 and "warning" not in result.stderr
 
 
-def test_a_label_longer_than_the_context_is_refused_naming_the_limit(cli, newfoundland):
+def test_a_label_longer_than_the_context_is_refused_naming_the_limit(cli, newfoundland, monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("weights were loaded")
+
+    monkeypatch.setattr("vitcli.loading_towers.load_tower", refuse)  # refused before the weights load
     long_label = " ".join(["word"] * CONTEXT)
     code, line = refusal(cli, "predict", newfoundland, "--model", f"open_clip:{TINY_CLIP}", "--weights", "random",
                          "--labels", f"dog,{long_label}")  # fmt: skip
