@@ -290,3 +290,11 @@ def test_a_config_template_without_a_text_tower_names_no_experiment(cli, tmp_pat
     config.write_text('[model]\ntemplate = "a {}."\n[[experiments]]\ncommand = "predict"\n', encoding="utf-8")
     code, line = refusal(cli, "run", config, newfoundland, "--weights", "random")
     assert code == 2 and line.startswith("error: --template needs a text tower, which vit_tiny_patch16_224")
+
+
+def test_a_label_reaches_the_table_as_text_not_markup(cli, newfoundland):
+    register()
+    result = cli("predict", newfoundland, "--model", f"open_clip:{TINY_CLIP}", "--weights", "random",
+                 "--labels", "[red]x,y")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "[red]x" in result.stdout
