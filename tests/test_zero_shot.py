@@ -298,3 +298,11 @@ def test_a_label_reaches_the_table_as_text_not_markup(cli, newfoundland):
                  "--labels", "[red]x,y")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     assert "[red]x" in result.stdout
+
+
+def test_the_python_api_takes_labels_and_templates():
+    import vitcli
+
+    register()
+    model = vitcli.load_model(f"open_clip:{TINY_CLIP}", "random", labels="dog,cat", templates=["a {}."], device="cpu")
+    assert model.labels == ["dog", "cat"] and model.zero_shot.templates == ("a {}.",)
