@@ -5,15 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.predict import ClassScore, Prediction
 from vitcli.render import weights_caption
 
 
 def table(result: Prediction) -> Table:
-    return top_table(
-        result.top, f"{result.source.display_path}  top {len(result.top)}", weights_caption(result.weights)
-    )
+    title = f"{result.source.display_path}  top {len(result.top)}"
+    if result.zero_shot is not None:
+        title += f"  (zero-shot: {_meaning(result)})"
+    return top_table(result.top, title, weights_caption(result.weights))
+
+
+def _meaning(result: Prediction) -> str:
+    """What the probabilities are: a softmax over all classes, or a sigmoid per label."""
+    if result.probabilities == "sigmoid":
+        return "sigmoid per label"
+    return "softmax over the labels" if result.zero_shot is not None else "softmax over all classes"
 
 
 def top_table(scores: list[ClassScore], title: str, caption: str | None = None) -> Table:
@@ -22,7 +31,8 @@ def top_table(scores: list[ClassScore], title: str, caption: str | None = None) 
     for column in ("rank", "class", "label", "probability", "logit"):
         top.add_column(column, justify="left" if column == "label" else "right")
     for score in scores:
-        top.add_row(str(score.rank), str(score.index), score.label, f"{score.probability:.6f}", f"{score.logit:.4f}")
+        label = Text(score.label)  # a user's text, never rich markup ("[red]" stays "[red]")
+        top.add_row(str(score.rank), str(score.index), label, f"{score.probability:.6f}", f"{score.logit:.4f}")
     return top
 
 
@@ -40,7 +50,8 @@ def rows(result: Prediction) -> list[dict[str, Any]]:
 
 
 def document(result: Prediction) -> dict[str, Any]:
-    return {"weights": result.weights, "top": rows(result)}
+    zero_shot = {} if result.zero_shot is None else {"zero_shot": result.zero_shot}
+    return {"weights": result.weights, "probabilities": result.probabilities, **zero_shot, "top": rows(result)}
 
 
 def figure(result: Prediction) -> Any:
@@ -58,7 +69,7 @@ def figure(result: Prediction) -> Any:
     axes.set_xlim(0, min(1.0, top * 1.25) or 1.0)
     for position, score in zip(positions, scores, strict=True):
         axes.text(score.probability, position, f" {score.probability:.4f}", va="center", fontsize=8)
-    axes.set_xlabel("probability (softmax over all classes)")
+    axes.set_xlabel(f"probability ({_meaning(result)})")
     figures.title(fig, f"{result.source.display_name}: top {len(scores)} classes", result.weights)
     return fig
 
