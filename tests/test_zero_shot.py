@@ -306,3 +306,38 @@ def test_the_python_api_takes_labels_and_templates():
     register()
     model = vitcli.load_model(f"open_clip:{TINY_CLIP}", "random", labels="dog,cat", templates=["a {}."], device="cpu")
     assert model.labels == ["dog", "cat"] and model.zero_shot.templates == ("a {}.",)
+
+
+@pytest.mark.parametrize("pair", ["clip_pair", "sigmoid_pair"])
+@pytest.mark.parametrize("contrast", [None, 0])
+def test_direct_attribution_rebuilds_the_zero_shot_logit(request, pair, contrast, newfoundland):
+    """attribute on a zero-shot label: with the image embedding's norm frozen (as the LayerNorm's deviation), the
+    terms add up to open_clip's own scale * cos (+ bias) from model(image, text), or to a difference of two labels."""
+    from vitcli.experiments.attribution import attribute
+
+    model, reference_model = request.getfixturevalue(pair)
+    prepared = model.prepare(newfoundland)
+    name = TINY_CLIP if pair == "clip_pair" else TINY_SIGMOID
+    tokens = open_clip.get_tokenizer(name)(list(LABELS))
+    with torch.no_grad():
+        image_features, text_features, scale, *bias = reference_model(prepared.input[None], tokens)
+    logits = (scale * image_features @ text_features.T + (bias[0] if bias else 0.0))[0].double().detach()
+    expected = float(logits[2] - (logits[contrast] if contrast is not None else 0.0))
+    for by in ("block", "head"):
+        result = attribute(model, prepared, 2, contrast, by)
+        assert result.model_metric == pytest.approx(expected, abs=1e-5)
+        assert abs(result.reconstruction - expected) < 1e-4
+    assert max(abs(term.value) for term in result.terms) > 1e-3  # terms that matter: a wrong readout would show
+
+
+def test_attribute_runs_on_a_zero_shot_label_from_the_command_line(cli, newfoundland):
+    register()
+    result = cli(
+        "attribute", newfoundland, "--model", f"open_clip:{TINY_SIGMOID}", "--weights", "random",
+        "--labels", ",".join(LABELS), "--target", "cat", "--contrast", "dog", "--by", "head", "-f", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)["results"][0]["result"]
+    assert document["target"]["label"] == "cat" and document["contrast"]["label"] == "dog"
+    assert document["reconstruction"]["abs_difference"] < 1e-4
+    assert document["pool_mlp_term"] is not None  # SigLIP's attention pooling, read through

@@ -42,7 +42,13 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method dla": _TOKEN_PARTS,
-        "lens": {"class_head", "linear_head", "plain_rows", "cls_token", "plain_pooling"},  # the CLS and patch-mean readouts
+        "lens": {
+            "class_head",
+            "linear_head",
+            "plain_rows",
+            "cls_token",
+            "plain_pooling",
+        },  # the CLS and patch-mean readouts
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
         "attribute": {"class_head", "replace", "pooling_readout"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "pooling_readout"},

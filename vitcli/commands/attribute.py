@@ -62,7 +62,9 @@ class AttributeJob(FollowsEmbedding, Job):
         from vitcli.experiments.readout import readout_refusal
 
         skeleton = require_pre_norm(architecture.name)
-        refusal = readout_refusal(skeleton, architecture.name, head=self.embedding_target is None)
+        # A zero-shot head (no linear_head) is installed after loading and always readable: check the net's own head
+        linear_head = "linear_head" in architecture.features
+        refusal = readout_refusal(skeleton, architecture.name, head=self.embedding_target is None and linear_head)
         if refusal is not None:
             raise UsageError(refusal)
         if "heads" not in family_of(skeleton).features:  # EVA-02 with a sub-norm between its heads and attn.proj

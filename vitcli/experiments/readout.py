@@ -5,7 +5,9 @@ A head reads a pooled vector: the CLS row (global_pool 'token'), the mean of the
 pooling's output ('map', timm's AttentionPoolLatent: latent queries attend to the rows, proj(pattern @ v), then
 x + mlp(norm(x))). Around the pooling sit at most one LayerNorm (`norm` on every row before pooling, or `fc_norm`
 after it), then a Linear head, or for an open_clip tower a projection to the image embedding. A distilled DeiT
-averages two heads, `head` on the CLS row and `head_dist` on the distillation token's row.
+averages two heads, `head` on the CLS row and `head_dist` on the distillation token's row. A zero-shot head
+(vitcli.zero_shot: scale * cos(embedding, label embedding), + bias for SigLIP) is read like a Linear one with the
+embedding's norm frozen too.
 
 With those values frozen, the pooled vector is an affine map of the final rows x (tokens, width):
 
@@ -64,13 +66,18 @@ def readout_refusal(net: nn.Module, name: str, head: bool = True) -> str | None:
     heads = [_classifier(net)] + ([net.head_dist] if hasattr(net, "head_dist") else [])
     if type(_head_drop(net)) not in (nn.Dropout, nn.Identity):
         return f"{name}'s classifier head is not one Linear layer"
-    if head and not all(isinstance(module, nn.Linear) for module in heads):
+    if head and not all(isinstance(module, nn.Linear) or _reads_texts(module) for module in heads):
         return f"{name}'s classifier head is not one Linear layer"
     norms = [module for module in _final_norms(net) if not isinstance(module, nn.Identity)]
     if len(norms) > 1 or any(not isinstance(module, nn.LayerNorm) for module in norms):
         found = ", ".join(type(module).__name__ for module in norms)
         return f"{name} ends with {found}; attribution needs at most one final LayerNorm"
     return None
+
+
+def _reads_texts(head: nn.Module) -> bool:
+    """A zero-shot head (vitcli.zero_shot): scale * cos(embedding, label embedding) (+ bias), not a Linear layer."""
+    return bool(getattr(head, "reads_texts", False))
 
 
 def _classifier(net: nn.Module) -> nn.Module:
@@ -231,6 +238,14 @@ def linear_readout(
     for path, (share, _, _, head) in enumerate(frozen.paths):
         if vector is not None:  # the pooled embedding read along one vector: no head, no bias
             read = vector.double().cpu()
+        elif _reads_texts(head):
+            # scale * cos(e, t): the embedding's norm frozen at this image's value, as a LayerNorm's deviation is
+            weight = _double(head.weight)
+            with torch.no_grad():
+                norm = float((frozen.pooled(path, rows, affine=True) + frozen.pool_mlp(path)).norm())
+            read = head.scale * (weight[target] - (weight[contrast] if contrast is not None else 0.0)) / norm
+            if head.bias is not None and contrast is None:  # one bias for every label: a difference cancels it
+                constant += share * float(head.bias)
         else:
             weight, bias = _double(head.weight), _double(head.bias)
             read = weight[target] - (weight[contrast] if contrast is not None else 0.0)
