@@ -62,7 +62,10 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
 
 # Commands whose class can be an embedding target instead (--target-image, --target-direction, --target-feature).
 TARGET_COMMANDS = frozenset(("explain", "occlude-quadrants", "occlude-patches", "attribute", "ablate", "patch"))
-TARGET_OPTIONS = "--target-image REF, --target-direction FILE.npy or --target-feature N"
+TARGET_OPTIONS = (
+    "--target-image REF, --target-direction FILE.npy, --target-feature N or, on a model with a text tower, "
+    "--target-text TEXT"
+)
 
 # What a model lacking a feature has not, as a refusal says it.
 LACKS = {
