@@ -57,3 +57,137 @@ def test_text_target_options_are_refused_before_loading(cli, photo, newfoundland
             assert fragment in refused.stderr, (arguments, refused.stderr)
     refused = cli("patch", photo, newfoundland, "--target-text", "a dog", *RANDOM_CPU)
     assert refused.exit_code == 2 and "--target-text needs a model with a text tower" in refused.stderr
+
+
+# ----- exactness on a random CLIP (open_clip's ViT-S-32: its own encode_image and encode_text are the oracle)
+
+NAME = "ViT-S-32"
+DOG, CAT = "a photo of a dog", "a photo of a cat"
+
+
+@pytest.fixture(scope="module")
+def clip():
+    """vitcli's model of open_clip:ViT-S-32 and open_clip's own random CLIP of the same seed (the same weights)."""
+    open_clip = pytest.importorskip("open_clip")
+    import torch
+
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    model = load_model(WeightsSpec(model_name=f"open_clip:{NAME}", random=True, seed=0), "cpu")
+    torch.manual_seed(0)
+    reference = open_clip.create_model(NAME, pretrained=None).eval()
+    return model, reference, open_clip.get_tokenizer(NAME)
+
+
+def text_target(model, text, contrast_text=None):
+    from vitcli.targets import bind
+
+    return bind(parse_embedding_target(None, None, None, None, text=text, contrast_text=contrast_text), model)
+
+
+def own_scores(reference, tokenizer, inputs, texts):
+    """(images, texts): logit_scale.exp() x cosine of open_clip's own encode_image and encode_text."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    with torch.no_grad():
+        images = reference.encode_image(inputs)
+        embedded = reference.encode_text(tokenizer(texts))
+        cosine = F.cosine_similarity(images[:, None], embedded[None], dim=-1)
+        return (reference.logit_scale.exp() * cosine).double()
+
+
+@pytest.mark.slow
+def test_the_text_score_is_open_clips_scaled_cosine(clip, photo):
+    import torch
+
+    from vitcli.experiments.occlusion import baseline
+
+    model, reference, tokenizer = clip
+    prepared = model.prepare(photo)
+    expected = own_scores(reference, tokenizer, prepared.input[None], [DOG, CAT])[0]
+    with torch.no_grad():  # open_clip's forward: unit features and the scale; its logits are the same numbers
+        image_features, text_features, scale = reference(prepared.input[None], tokenizer([DOG, CAT]))
+    torch.testing.assert_close((scale * image_features @ text_features.T)[0].double(), expected, atol=1e-5, rtol=0)
+    dog = text_target(model, DOG)
+    assert baseline(model, prepared, dog, "gray").target.score == pytest.approx(float(expected[0]), abs=1e-5)
+    assert dog.target.scale == pytest.approx(float(reference.logit_scale.exp()), rel=1e-6)
+    versus = text_target(model, DOG, CAT)
+    difference = float(expected[0] - expected[1])
+    assert baseline(model, prepared, versus, "gray").target.score == pytest.approx(difference, abs=1e-5)
+    described = versus.describe(difference)
+    assert described["kind"] == "text" and described["scale"] == dog.target.scale
+    assert (described["text"], described["contrast_text"]) == (DOG, CAT)
+
+
+@pytest.mark.slow
+def test_integrated_gradients_are_complete_for_a_text_target(clip, photo):
+    import torch
+
+    from vitcli.experiments.explain import explain
+    from vitcli.experiments.explain_options import GradientOptions
+    from vitcli.experiments.occlusion import fill_image
+
+    model, reference, tokenizer = clip
+    prepared = model.prepare(photo)
+    steps = 64
+    result = explain(
+        model, prepared, ["ig"], gradient_options=GradientOptions(ig_steps=steps), embedding=text_target(model, DOG)
+    )
+    check = result.maps[0].attribution.completeness
+    ends = torch.stack([prepared.input, fill_image(model, prepared, "gray")])
+    score, baseline_score = own_scores(reference, tokenizer, ends, [DOG])[:, 0].tolist()
+    assert check.score == pytest.approx(score, abs=1e-5)
+    assert check.baseline_score == pytest.approx(baseline_score, abs=1e-5)
+    assert check.weight_total == pytest.approx(1 - 1 / steps)
+    # As for a class logit and the image target (tests/test_targets.py): the rest is the Riemann error of the path.
+    assert check.relative_error < 0.2
+
+
+@pytest.mark.slow
+def test_a_contrast_text_is_the_difference_of_the_two_single_targets(clip, photo):
+    """Gradient x input and IG maps (and pixel attributions), and every attribute term: T - U = (T) - (U)."""
+    import numpy as np
+
+    from vitcli.experiments.attribution import attribute
+    from vitcli.experiments.explain import explain
+    from vitcli.experiments.explain_options import GradientOptions
+
+    model, _reference, _tokenizer = clip
+    prepared = model.prepare(photo)
+    targets = [text_target(model, DOG), text_target(model, CAT), text_target(model, DOG, CAT)]
+    options = GradientOptions(ig_steps=8)
+    dog, cat, versus = (
+        explain(model, prepared, ["gradient", "ig"], gradient_options=options, embedding=target) for target in targets
+    )
+    for single_dog, single_cat, both in zip(dog.maps, cat.maps, versus.maps, strict=True):
+        expected = single_dog.attribution.pixels - single_cat.attribution.pixels
+        tolerance = 1e-4 * float(np.abs(expected).max())
+        np.testing.assert_allclose(both.attribution.pixels, expected, atol=tolerance, rtol=0)
+        expected = single_dog.values - single_cat.values
+        np.testing.assert_allclose(both.values, expected, atol=1e-4 * float(np.abs(expected).max()), rtol=0)
+    assert versus.target.score == pytest.approx(dog.target.score - cat.target.score, abs=1e-5)
+    for by, block in (("block", None), ("head", None), ("token", 12)):
+        dog, cat, versus = (attribute(model, prepared, None, None, by, block, target) for target in targets)
+        expected = np.array([term.value for term in dog.terms]) - np.array([term.value for term in cat.terms])
+        np.testing.assert_allclose([term.value for term in versus.terms], expected, atol=1e-6, rtol=0)
+        assert versus.model_metric == pytest.approx(dog.model_metric - cat.model_metric, abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("by", ["block", "head", "token"])
+def test_direct_attribution_rebuilds_the_text_score(clip, photo, by):
+    from vitcli.experiments.attribution import attribute
+
+    model, reference, tokenizer = clip
+    prepared = model.prepare(photo)
+    for target, expected in (
+        (text_target(model, DOG), lambda scores: scores[0]),
+        (text_target(model, DOG, CAT), lambda scores: scores[0] - scores[1]),
+    ):
+        result = attribute(model, prepared, None, None, by, 12 if by == "token" else None, target)
+        score = float(expected(own_scores(reference, tokenizer, prepared.input[None], [DOG, CAT])[0]))
+        assert result.model_metric == pytest.approx(score, abs=1e-5)
+        assert abs(result.reconstruction - score) < 1e-4
+        assert result.target.kind == "text" and result.contrast is None
