@@ -67,6 +67,9 @@ TARGET_OPTIONS = (
     "--target-text TEXT"
 )
 
+# Which models have a text tower, as refusals of text options name them.
+TEXT_TOWER_FAMILIES = "open_clip models (--model open_clip:NAME: CLIP's and SigLIP's image towers)"
+
 # What a model lacking a feature has not, as a refusal says it.
 LACKS = {
     "pattern": "no attention probabilities vitcli can capture in every block",
@@ -84,6 +87,7 @@ LACKS = {
     "so no gradient reaches them)",
     "timm_blocks": "no timm standard blocks (Block, Attention, Mlp), whose cost vitcli counts and rebuilds at other "
     "patch sizes",
+    "text_tower": f"no text tower ({TEXT_TOWER_FAMILIES} have one)",
 }
 
 
@@ -112,6 +116,8 @@ def family_features(family: Family) -> frozenset[str]:
         told.add("attention_pooling")
     if "pattern" in family.features and family.pattern_in_forward:
         told.add("pattern_gradients")
+    if getattr(family.net, "pairs_with_text", False):  # set by the loader of open_clip models (loading_towers)
+        told.add("text_tower")
     return family.features | told
 
 
