@@ -37,7 +37,7 @@ def test_text_targets_name_their_texts_and_distinct_texts_name_distinct_results(
 def test_text_target_options_are_refused_before_loading(cli, photo, newfoundland, no_loading):
     """A timm classifier has no text tower; the other refusals need no model at all."""
     cases = [
-        (["explain", "--target-text", "a dog"], ["--target-text needs a model with a text tower", "open_clip's CLIP"]),
+        (["explain", "--target-text", "a dog"], ["--target-text needs a model with a text tower", "open_clip models"]),
         (["attribute", "--contrast-text", "a cat"], ["--contrast-text applies to --target-text only"]),
         (["ablate", "--target-text", "a dog", "--target", "3"], ["--target-text and --target both name the target"]),
         (
@@ -112,7 +112,7 @@ def test_the_text_score_is_open_clips_scaled_cosine(clip, photo):
     torch.testing.assert_close((scale * image_features @ text_features.T)[0].double(), expected, atol=1e-5, rtol=0)
     dog = text_target(model, DOG)
     assert baseline(model, prepared, dog, "gray").target.score == pytest.approx(float(expected[0]), abs=1e-5)
-    assert dog.target.scale == pytest.approx(float(reference.logit_scale.exp()), rel=1e-6)
+    assert dog.target.scale == pytest.approx(float(reference.logit_scale.detach().exp()), rel=1e-6)
     versus = text_target(model, DOG, CAT)
     difference = float(expected[0] - expected[1])
     assert baseline(model, prepared, versus, "gray").target.score == pytest.approx(difference, abs=1e-5)
@@ -147,7 +147,8 @@ def test_integrated_gradients_are_complete_for_a_text_target(clip, photo):
 
 @pytest.mark.slow
 def test_a_contrast_text_is_the_difference_of_the_two_single_targets(clip, photo):
-    """Gradient x input and IG maps (and pixel attributions), and every attribute term: T - U = (T) - (U)."""
+    """Gradient x input and IG attributions (per pixel and their signed patch sums), and every attribute term:
+    T - U = (T) - (U)."""
     import numpy as np
 
     from vitcli.experiments.attribution import attribute
@@ -165,8 +166,8 @@ def test_a_contrast_text_is_the_difference_of_the_two_single_targets(clip, photo
         expected = single_dog.attribution.pixels - single_cat.attribution.pixels
         tolerance = 1e-4 * float(np.abs(expected).max())
         np.testing.assert_allclose(both.attribution.pixels, expected, atol=tolerance, rtol=0)
-        expected = single_dog.values - single_cat.values
-        np.testing.assert_allclose(both.values, expected, atol=1e-4 * float(np.abs(expected).max()), rtol=0)
+        expected = single_dog.attribution.signed - single_cat.attribution.signed  # the maps show |.|: not linear
+        np.testing.assert_allclose(both.attribution.signed, expected, atol=1e-4 * float(np.abs(expected).max()), rtol=0)
     assert versus.target.score == pytest.approx(dog.target.score - cat.target.score, abs=1e-5)
     for by, block in (("block", None), ("head", None), ("token", 12)):
         dog, cat, versus = (attribute(model, prepared, None, None, by, block, target) for target in targets)
@@ -191,3 +192,56 @@ def test_direct_attribution_rebuilds_the_text_score(clip, photo, by):
         assert result.model_metric == pytest.approx(score, abs=1e-5)
         assert abs(result.reconstruction - score) < 1e-4
         assert result.target.kind == "text" and result.contrast is None
+
+
+# ----- the command line, on a tiny random CLIP (tests/tiny_open_clip.py: a 16-token context)
+
+TINY_COMMANDS = {
+    "explain": ["explain", "--method", "gradient", "--method", "occlusion", "--faithfulness", "--steps", "4"],
+    "occlude-quadrants": ["occlude-quadrants"],
+    "occlude-patches": ["occlude-patches"],
+    "attribute": ["attribute", "--by", "head"],
+    "ablate": ["ablate", "--heads", "2.1"],
+}
+
+
+@pytest.fixture
+def tiny_clip():
+    from tiny_open_clip import TINY_CLIP, register
+
+    pytest.importorskip("open_clip")
+    register()
+    return ["--model", f"open_clip:{TINY_CLIP}", *RANDOM_CPU]
+
+
+@pytest.mark.slow
+def test_every_target_command_follows_a_text_target(cli, photo, newfoundland, tiny_clip):
+    import json
+
+    texts = ["--target-text", "a dog", "--contrast-text", "a cat"]
+    scores = {}
+    for command, arguments in TINY_COMMANDS.items():
+        ran = cli(*arguments, photo, *texts, *tiny_clip, "-f", "json", "--no-figures")
+        assert ran.exit_code == 0, (command, ran.stderr)
+        (entry,) = json.loads(ran.stdout)["results"]
+        described = entry["result"]["target"]
+        assert (described["kind"], described["text"], described["contrast_text"]) == ("text", "a dog", "a cat")
+        assert described["scale"] > 0 and "scaled cosine" in described["score"], command
+        assert "ttxt" in entry["experiment"]["name"], entry["experiment"]["name"]
+        assert entry["experiment"]["settings"]["target"]["scale"] == described["scale"]  # bound before publishing
+        scores[command] = described["clean_score"]
+    assert len({round(score, 5) for score in scores.values()}) == 1, scores  # one score, however it is read
+    ran = cli("patch", photo, newfoundland, "--sites", "attention", "--target-text", "a dog", *tiny_clip, "-f", "json")
+    assert ran.exit_code == 0, ran.stderr
+    metric = json.loads(ran.stdout)["results"][0]["result"]["metric"]
+    assert metric["target"]["kind"] == "text" and metric["target"]["contrast_text"] is None
+
+
+def test_a_text_longer_than_the_tokenizers_context_is_refused_before_loading(cli, photo, tiny_clip, no_loading):
+    long = " ".join(["dog"] * 20)
+    for option in (["--target-text", long], ["--target-text", "a dog", "--contrast-text", long]):
+        refused = cli("explain", "--method", "gradient", photo, *option, *tiny_clip)
+        assert refused.exit_code == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1
+        for fragment in (f"{option[-2]} is 22 tokens long", "reads at most 16", "shorten the text"):
+            assert fragment in refused.stderr, refused.stderr

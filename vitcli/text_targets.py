@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from vitcli.model import VitModel
     from vitcli.targets import BoundTarget, EmbeddingTarget
 
-TEXT_FAMILIES = "open_clip's CLIP and SigLIP models (--model open_clip:NAME, e.g. open_clip:ViT-B-32/openai)"
-
 
 def parse_text_target(text: str, contrast_text: str | None) -> EmbeddingTarget:
     """The text target of --target-text and --contrast-text, refused when a text is empty or both are the same."""
@@ -42,10 +40,12 @@ def text_sha256(text: str, contrast_text: str | None) -> str:
 def check_text_target(target: EmbeddingTarget, architecture: Any) -> None:
     """Refuse a text target on a model without a text tower, or a text longer than its tokenizer's context, before
     any weights load."""
+    from vitcli.capture.support import TEXT_TOWER_FAMILIES
+
     if "text_tower" not in architecture.features:
         raise UsageError(
             f"--target-text needs a model with a text tower, which {architecture.name} ({architecture.family}) lacks; "
-            f"{TEXT_FAMILIES} have one"
+            f"{TEXT_TOWER_FAMILIES} have one"
         )
     texts = [("--target-text", target.text), ("--contrast-text", target.contrast_text)]
     counted = token_counter(architecture.name)
@@ -88,13 +88,15 @@ def bind_text(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
     the tower's scale; the target it carries names the scale."""
     import dataclasses
 
+    from vitcli.capture.support import TEXT_TOWER_FAMILIES
     from vitcli.targets import BoundTarget
 
     tower = model.text
     if tower is None:
-        raise UsageError(f"--target-text needs a model with a text tower; {TEXT_FAMILIES} have one")
+        raise UsageError(f"--target-text needs a model with a text tower; {TEXT_TOWER_FAMILIES} have one")
     texts = [target.text] if target.contrast_text is None else [target.text, target.contrast_text]
-    tower.check(texts, "--target-text")
+    for option, text in zip(("--target-text", "--contrast-text"), texts, strict=False):
+        tower.check([text], option)
     embeddings = tower.encode(texts).float().cpu()
     direction = embeddings[0] if len(texts) == 1 else embeddings[0] - embeddings[1]
     return BoundTarget(dataclasses.replace(target, scale=float(tower.scale)), float(tower.scale) * direction)
