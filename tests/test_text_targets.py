@@ -245,3 +245,18 @@ def test_a_text_longer_than_the_tokenizers_context_is_refused_before_loading(cli
         assert refused.stderr.count("\n") == 1
         for fragment in (f"{option[-2]} is 22 tokens long", "reads at most 16", "shorten the text"):
             assert fragment in refused.stderr, refused.stderr
+
+
+def test_a_config_experiment_follows_a_text_target_instead_of_the_configs_class(tmp_path, newfoundland):
+    import vitcli.cli  # noqa: F401  (registers every command, whose options a config's tables use)
+    from vitcli.batch.config import load_config
+
+    config = tmp_path / "run.toml"
+    config.write_text(
+        f'images = ["{newfoundland}"]\ntarget = "3"\n'
+        '[[experiments]]\ncommand = "attribute"\ntarget-text = "a dog"\ncontrast-text = "a cat"\n'
+    )
+    (attribute,) = load_config(config).experiments
+    assert "target" not in attribute.options
+    (job,) = attribute.jobs
+    assert (job.embedding_target.text, job.embedding_target.contrast_text) == ("a dog", "a cat")
