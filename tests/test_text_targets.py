@@ -197,7 +197,7 @@ def test_direct_attribution_rebuilds_the_text_score(clip, photo, by):
 # ----- the command line, on a tiny random CLIP (tests/tiny_open_clip.py: a 16-token context)
 
 TINY_COMMANDS = {
-    "explain": ["explain", "--method", "gradient", "--method", "occlusion", "--faithfulness", "--steps", "4"],
+    "explain": ["explain", "--method", "gradient", "--method", "occlusion", "--faithfulness", "--steps", "4", "--road"],
     "occlude-quadrants": ["occlude-quadrants"],
     "occlude-patches": ["occlude-patches"],
     "attribute": ["attribute", "--by", "head"],
@@ -260,3 +260,34 @@ def test_a_config_experiment_follows_a_text_target_instead_of_the_configs_class(
     assert "target" not in attribute.options
     (job,) = attribute.jobs
     assert (job.embedding_target.text, job.embedding_target.contrast_text) == ("a dog", "a cat")
+
+
+def test_templates_apply_to_target_texts_as_to_zero_shot_labels(cli, photo, tiny_clip):
+    """The text's embedding is CLIP's template recipe (mean of the templates' unit embeddings, renormalized), from
+    open_clip's own encode_text; the JSON names the templates."""
+    import json
+
+    import open_clip
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from tiny_open_clip import TINY_CLIP
+
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    templates = ["a photo of a {}.", "a drawing of a {}."]
+    options = [option for template in templates for option in ("--template", template)]
+    ran = cli("occlude-quadrants", photo, "--target-text", "dog", *options, *tiny_clip, "-f", "json")
+    assert ran.exit_code == 0, ran.stderr
+    described = json.loads(ran.stdout)["results"][0]["result"]["target"]
+    assert described["templates"] == templates
+    torch.manual_seed(0)
+    reference = open_clip.create_model(TINY_CLIP, pretrained=None).eval()
+    inputs = load_model(WeightsSpec(model_name=f"open_clip:{TINY_CLIP}", random=True), "cpu").prepare(photo).input
+    tokenizer = open_clip.get_tokenizer(TINY_CLIP)
+    with torch.no_grad():
+        filled = F.normalize(reference.encode_text(tokenizer([t.format("dog") for t in templates])), dim=-1)
+        text = F.normalize(filled.mean(dim=0), dim=-1)
+        image = reference.encode_image(inputs[None])[0]
+        expected = float(reference.logit_scale.exp() * F.cosine_similarity(image, text, dim=0))
+    assert described["clean_score"] == pytest.approx(expected, abs=1e-5)

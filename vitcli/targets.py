@@ -53,6 +53,7 @@ class EmbeddingTarget:
     text: str | None = None
     contrast_text: str | None = None
     scale: float | None = None  # the text tower's exp(logit_scale), known once the weights load (bind)
+    templates: tuple[str, ...] = ()  # --template's, which the text is put in (bind: the loaded model's spec)
 
     @property
     def option(self) -> str:
@@ -100,7 +101,13 @@ class EmbeddingTarget:
                 "norm": float(math.sqrt(float((self.direction**2).sum()))),
             }
         elif self.kind == TEXT:
-            value = {"text": self.text, "contrast_text": self.contrast_text, "sha256": self.sha256, "scale": self.scale}
+            value = {
+                "text": self.text,
+                "contrast_text": self.contrast_text,
+                "templates": list(self.templates),
+                "sha256": self.sha256,
+                "scale": self.scale,
+            }
         else:
             value = {"index": self.feature}
         return {"kind": self.kind, **value, "score": self.definition}
@@ -115,7 +122,8 @@ class EmbeddingTarget:
             contrast = "" if self.contrast_text is None else ", minus the same for contrast_text"
             return (
                 "scaled cosine: scale x cosine similarity of the image embedding and the embedding of text"
-                f"{contrast} (scale = exp(logit_scale), as in the model's zero-shot logits)"
+                f"{contrast} (scale = exp(logit_scale), as in the model's zero-shot logits; with templates, a text's "
+                "embedding is the mean of its templates' unit embeddings, renormalized)"
             )
         return f"coordinate {self.feature} (from 0) of the pooled embedding"
 

@@ -84,19 +84,23 @@ def token_counter(model_name: str) -> tuple[Any, int] | None:
 
 
 def bind_text(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
-    """The text target on a loaded model: T's (and U's) unit text embedding, computed once by its text tower, with
-    the tower's scale; the target it carries names the scale."""
+    """The text target on a loaded model: T's (and U's) unit text embedding, computed once by its text tower (put in
+    --template's templates and averaged as zero-shot labels are, when the model was given some), with the tower's
+    scale; the target it carries names the scale and the templates."""
     import dataclasses
 
     from vitcli.capture.support import TEXT_TOWER_FAMILIES
     from vitcli.targets import BoundTarget
+    from vitcli.text_tower import fill
 
     tower = model.text
     if tower is None:
         raise UsageError(f"--target-text needs a model with a text tower; {TEXT_TOWER_FAMILIES} have one")
     texts = [target.text] if target.contrast_text is None else [target.text, target.contrast_text]
+    templates = tuple(getattr(model.spec, "templates", ()) or ())
     for option, text in zip(("--target-text", "--contrast-text"), texts, strict=False):
-        tower.check([text], option)
-    embeddings = tower.encode(texts).float().cpu()
+        tower.check([fill(template, text) for template in templates] if templates else [text], option)
+    embeddings = (tower.encode_labels(texts, templates) if templates else tower.encode(texts)).float().cpu()
     direction = embeddings[0] if len(texts) == 1 else embeddings[0] - embeddings[1]
-    return BoundTarget(dataclasses.replace(target, scale=float(tower.scale)), float(tower.scale) * direction)
+    scale = float(tower.scale)
+    return BoundTarget(dataclasses.replace(target, scale=scale, templates=templates), scale * direction)
