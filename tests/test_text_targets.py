@@ -291,3 +291,19 @@ def test_templates_apply_to_target_texts_as_to_zero_shot_labels(cli, photo, tiny
         image = reference.encode_image(inputs[None])[0]
         expected = float(reference.logit_scale.exp() * F.cosine_similarity(image, text, dim=0))
     assert described["clean_score"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_the_python_api_takes_text_targets(photo):
+    pytest.importorskip("open_clip")
+    from tiny_open_clip import TINY_CLIP, register
+
+    from vitcli import api
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    register()
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_CLIP}", random=True), "cpu")
+    result = api.attribute(model, photo, target_text="a dog", contrast_text="a cat").to_dict()["result"]
+    assert result["target"]["kind"] == "text" and result["target"]["contrast_text"] == "a cat"
+    with pytest.raises(Exception, match="reads at most 16"):
+        api.occlude_quadrants(model, photo, target_text=" ".join(["dog"] * 20))
