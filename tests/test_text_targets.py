@@ -307,3 +307,14 @@ def test_the_python_api_takes_text_targets(photo):
     assert result["target"]["kind"] == "text" and result["target"]["contrast_text"] == "a cat"
     with pytest.raises(Exception, match="reads at most 16"):
         api.occlude_quadrants(model, photo, target_text=" ".join(["dog"] * 20))
+
+
+def test_a_text_too_long_for_a_tokenizer_known_only_after_loading_exits_2(cli, photo, tiny_clip, monkeypatch):
+    """SigLIP's tokenizer may not be buildable before loading (not cached): the target is then bound once, right
+    after the weights load and before any image, so the refusal is still one line with exit 2."""
+    import vitcli.text_targets
+
+    monkeypatch.setattr(vitcli.text_targets, "token_counter", lambda name: None)
+    refused = cli("occlude-quadrants", photo, photo, "--target-text", " ".join(["dog"] * 20), *tiny_clip)
+    assert refused.exit_code == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "22 tokens long" in refused.stderr and "at most 16" in refused.stderr
