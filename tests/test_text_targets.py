@@ -318,3 +318,35 @@ def test_a_text_too_long_for_a_tokenizer_known_only_after_loading_exits_2(cli, p
     refused = cli("occlude-quadrants", photo, photo, "--target-text", " ".join(["dog"] * 20), *tiny_clip)
     assert refused.exit_code == 2, refused.stderr
     assert refused.stderr.count("\n") == 1 and "22 tokens long" in refused.stderr and "at most 16" in refused.stderr
+
+
+@pytest.mark.slow
+def test_on_a_siglip_pair_the_text_score_is_its_scaled_cosine_and_ig_is_complete(photo):
+    """A SigLIP-like pair (timm trunk pooled by attention, tests/tiny_open_clip.py): the score is scale x cosine of
+    open_clip's own encode_image and encode_text (its logit without the constant bias), and IG is complete."""
+    open_clip = pytest.importorskip("open_clip")
+    import torch
+    from tiny_open_clip import TINY_SIGMOID, register
+
+    from vitcli.experiments.explain import explain
+    from vitcli.experiments.explain_options import GradientOptions
+    from vitcli.experiments.occlusion import fill_image
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    register()
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_SIGMOID}", random=True), "cpu")
+    torch.manual_seed(0)
+    reference = open_clip.create_model(TINY_SIGMOID, pretrained=None).eval()
+    prepared = model.prepare(photo)
+    steps = 32
+    target = text_target(model, DOG, CAT)
+    result = explain(model, prepared, ["ig"], gradient_options=GradientOptions(ig_steps=steps), embedding=target)
+    ends = torch.stack([prepared.input, fill_image(model, prepared, "gray")])
+    scores = own_scores(reference, open_clip.get_tokenizer(TINY_SIGMOID), ends, [DOG, CAT])
+    score, baseline_score = (scores[:, 0] - scores[:, 1]).tolist()
+    check = result.maps[0].attribution.completeness
+    assert result.target.score == pytest.approx(score, abs=1e-5)
+    assert check.score == pytest.approx(score, abs=1e-5)
+    assert check.baseline_score == pytest.approx(baseline_score, abs=1e-5)
+    assert check.relative_error < 0.2
