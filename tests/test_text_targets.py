@@ -131,7 +131,7 @@ def test_integrated_gradients_are_complete_for_a_text_target(clip, photo):
 
     model, reference, tokenizer = clip
     prepared = model.prepare(photo)
-    steps = 64
+    steps = 32
     result = explain(
         model, prepared, ["ig"], gradient_options=GradientOptions(ig_steps=steps), embedding=text_target(model, DOG)
     )
