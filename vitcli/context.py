@@ -173,6 +173,9 @@ class CommandContext:
         paths = self.images(arguments, report)
         if paths:
             model = self.model()
+            for job in jobs:  # an embedding target bound once, before any image: a text its tokenizer refuses exits 2
+                if getattr(job, "embedding_target", None) is not None:
+                    job.bound_target(model)
             runner = Runner(model, self.publisher(self.provenance(model)), self.fail_fast)
             with progress_display(self.show_progress(len(paths))) as progress:
                 runner.run(jobs, paths, report, progress)

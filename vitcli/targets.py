@@ -4,6 +4,8 @@ without a classifier head.
     --target-image REF         cosine similarity of the pooled embeddings of the image and of REF
     --target-direction F.npy   the pooled embedding's dot product with a direction (a class mean, a probe's weight row)
     --target-feature N         coordinate N (from 0) of the pooled embedding
+    --target-text T            scale x cosine similarity of the image's embedding and T's (a model with a text tower:
+                               CLIP's logit for T); --contrast-text U subtracts the same for U
 
 The pooled embedding is what a classifier head reads (timm's forward_head(..., pre_logits=True)); inside
 `pooled_output` the model's own forward ends there, so every experiment's forward, batched or hooked, scores an
@@ -33,21 +35,25 @@ if TYPE_CHECKING:
 
     from vitcli.model import VitModel
 
-CLASS, IMAGE, DIRECTION, FEATURE = "class", "image", "direction", "feature"
-OPTIONS = {IMAGE: "--target-image", DIRECTION: "--target-direction", FEATURE: "--target-feature"}
-UNITS = {IMAGE: "cosine similarity", DIRECTION: "dot product", FEATURE: "feature value"}
+CLASS, IMAGE, DIRECTION, FEATURE, TEXT = "class", "image", "direction", "feature", "text"
+OPTIONS = {IMAGE: "--target-image", DIRECTION: "--target-direction", FEATURE: "--target-feature", TEXT: "--target-text"}
+UNITS = {IMAGE: "cosine similarity", DIRECTION: "dot product", FEATURE: "feature value", TEXT: "scaled cosine"}
 
 
 @dataclass(frozen=True)
 class EmbeddingTarget:
     """One embedding target as parsed: its kind and value (the direction's values are read when parsed)."""
 
-    kind: str  # IMAGE, DIRECTION or FEATURE
+    kind: str  # IMAGE, DIRECTION, FEATURE or TEXT
     reference: Path | None = None
     direction_file: Path | None = None
     feature: int | None = None
     direction: np.ndarray | None = field(default=None, compare=False, repr=False)  # (D,) float64
-    sha256: str | None = None  # of the reference image or the direction file
+    sha256: str | None = None  # of the reference image, the direction file, or the text(s) (text_sha256)
+    text: str | None = None
+    contrast_text: str | None = None
+    scale: float | None = None  # the text tower's exp(logit_scale), known once the weights load (bind)
+    templates: tuple[str, ...] = ()  # --template's, which the text is put in (bind: the loaded model's spec)
 
     @property
     def option(self) -> str:
@@ -59,6 +65,11 @@ class EmbeddingTarget:
 
     def check(self, architecture: Any) -> None:
         """Refuse a feature or a direction the model's pooled embedding cannot have, before any weights load."""
+        if self.kind == TEXT:
+            from vitcli.text_targets import check_text_target
+
+            check_text_target(self, architecture)
+            return
         width = architecture.embedding_width
         if self.kind == FEATURE and not 0 <= self.feature < width:
             raise UsageError(
@@ -77,7 +88,7 @@ class EmbeddingTarget:
         """The result name's part: distinct targets give distinct names."""
         if self.kind == FEATURE:
             return f"tf{self.feature}"
-        return setting("timg" if self.kind == IMAGE else "tdir", self.sha256[:10])
+        return setting({IMAGE: "timg", DIRECTION: "tdir", TEXT: "ttxt"}[self.kind], self.sha256[:10])
 
     def describe(self) -> dict[str, Any]:
         """The target as JSON: its kind and value."""
@@ -89,6 +100,14 @@ class EmbeddingTarget:
                 "sha256": self.sha256,
                 "norm": float(math.sqrt(float((self.direction**2).sum()))),
             }
+        elif self.kind == TEXT:
+            value = {
+                "text": self.text,
+                "contrast_text": self.contrast_text,
+                "templates": list(self.templates),
+                "sha256": self.sha256,
+                "scale": self.scale,
+            }
         else:
             value = {"index": self.feature}
         return {"kind": self.kind, **value, "score": self.definition}
@@ -99,6 +118,13 @@ class EmbeddingTarget:
             return "cosine similarity of the pooled embeddings of the image and of the reference image"
         if self.kind == DIRECTION:
             return "dot product of the pooled embedding with the direction"
+        if self.kind == TEXT:
+            contrast = "" if self.contrast_text is None else ", minus the same for contrast_text"
+            return (
+                "scaled cosine: scale x cosine similarity of the image embedding and the embedding of text"
+                f"{contrast} (scale = exp(logit_scale), as in the model's zero-shot logits; with templates, a text's "
+                "embedding is the mean of its templates' unit embeddings, renormalized)"
+            )
         return f"coordinate {self.feature} (from 0) of the pooled embedding"
 
     @property
@@ -108,6 +134,8 @@ class EmbeddingTarget:
             return f"cosine to {self.reference.name}"
         if self.kind == DIRECTION:
             return f"direction {self.direction_file.name}"
+        if self.kind == TEXT:
+            return f"text {self.text!r}" + ("" if self.contrast_text is None else f" - {self.contrast_text!r}")
         return f"feature {self.feature}"
 
 
@@ -117,12 +145,18 @@ def parse_embedding_target(
     direction: str | Path | None,
     feature: int | None,
     contrast: str | None = None,
+    text: str | None = None,
+    contrast_text: str | None = None,
 ) -> EmbeddingTarget | None:
     """The embedding target of a command's options (None when none is given), refused with UsageError when the
     options contradict each other or a file cannot be used; nothing here needs the model."""
     given = [
-        option for option, value in zip(OPTIONS.values(), (image, direction, feature), strict=True) if value is not None
+        option
+        for option, value in zip(OPTIONS.values(), (image, direction, feature, text), strict=True)
+        if value is not None
     ]
+    if contrast_text is not None and text is None:
+        raise UsageError("--contrast-text applies to --target-text only: give --target-text as well")
     if not given:
         return None
     if len(given) > 1:
@@ -130,7 +164,12 @@ def parse_embedding_target(
     if target is not None:
         raise UsageError(f"{given[0]} and --target both name the target: give one of them")
     if contrast is not None:
-        raise UsageError(f"--contrast takes a second class and applies to --target only, not to {given[0]}")
+        hint = ": use --contrast-text for a second text" if text is not None else ""
+        raise UsageError(f"--contrast takes a second class and applies to --target only, not to {given[0]}{hint}")
+    if text is not None:
+        from vitcli.text_targets import parse_text_target
+
+        return parse_text_target(text, contrast_text)
     if feature is not None:
         if feature < 0:
             raise UsageError(
@@ -188,7 +227,8 @@ def headless_refusal(model_name: str, command: str, takes_targets: bool) -> str:
         )
     return (
         f"{model_name} has no classifier head (num_classes=0): `{command}` needs class scores or a target in "
-        "embedding space (--target-image REF, --target-direction FILE.npy or --target-feature N); "
+        "embedding space (--target-image REF, --target-direction FILE.npy, --target-feature N or, on a model with a "
+        "text tower, --target-text TEXT); "
         "`patches` and `attend` work without one"
     )
 
@@ -202,7 +242,9 @@ class BoundTarget:
     def __init__(self, target: EmbeddingTarget, vector: Tensor | None):
         self.target = target
         self.kind = target.kind
-        self.vector = vector  # (D,) float32: REF's pooled embedding or the direction; None for a feature
+        # (D,) float32: REF's pooled embedding, the direction, or scale x (T's unit text embedding - U's); None for a
+        # feature
+        self.vector = vector
 
     def score(self, pooled: Tensor) -> Tensor:
         import torch.nn.functional as F  # noqa: N812  (the usual name)
@@ -212,6 +254,8 @@ class BoundTarget:
         vector = self.vector.to(pooled.device, pooled.dtype)
         if self.kind == IMAGE:
             return F.cosine_similarity(pooled, vector[None], dim=-1)
+        if self.kind == TEXT:  # scale x (cos(image, T) - cos(image, U)): the unit image embedding . the vector
+            return F.normalize(pooled, dim=-1) @ vector
         return pooled @ vector
 
     def readout(self, pooled: Tensor) -> Tensor:
@@ -228,6 +272,8 @@ class BoundTarget:
         vector = self.vector.double().cpu()
         if self.kind == IMAGE:
             return vector / vector.norm() / pooled.norm()
+        if self.kind == TEXT:
+            return vector / pooled.norm()
         return vector
 
     def describe(self, clean_score: float) -> dict[str, Any]:
@@ -245,6 +291,10 @@ def bind(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
         return BoundTarget(target, vector)
     if target.kind == DIRECTION:
         return BoundTarget(target, torch.from_numpy(target.direction).float())
+    if target.kind == TEXT:
+        from vitcli.text_targets import bind_text
+
+        return bind_text(target, model)
     return BoundTarget(target, None)
 
 

@@ -200,7 +200,9 @@ def _experiment(index: int, table: Any, target: str | None, base: Path) -> Exper
             value = os.path.normpath(base / _string(value, f"{where}.{key}"))
         options[name] = _convert(parameters[name], value, f"{where}.{key}") if name in parameters else value
     # An experiment that follows an embedding target (vitcli.targets) does not take the config's class as well.
-    follows_embedding = any(name in options for name in ("target_image", "target_direction", "target_feature"))
+    follows_embedding = any(
+        name in options for name in ("target_image", "target_direction", "target_feature", "target_text")
+    )
     if target is not None and "target" in accepted and "target" not in options and not follows_embedding:
         options["target"] = target
     experiment = Experiment(index, command, options)

@@ -79,7 +79,10 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
 
 # Commands whose class can be an embedding target instead (--target-image, --target-direction, --target-feature).
 TARGET_COMMANDS = frozenset(("explain", "occlude-quadrants", "occlude-patches", "attribute", "ablate", "patch"))
-TARGET_OPTIONS = "--target-image REF, --target-direction FILE.npy or --target-feature N"
+TARGET_OPTIONS = (
+    "--target-image REF, --target-direction FILE.npy, --target-feature N or, on a model with a text tower, "
+    "--target-text TEXT"
+)
 
 # Which models have a text tower, as refusals of text options name them.
 TEXT_TOWER_FAMILIES = "open_clip models (--model open_clip:NAME: CLIP's and SigLIP's image towers)"

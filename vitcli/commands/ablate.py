@@ -12,10 +12,12 @@ import typer
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
 from vitcli.commands.target_options import (
+    ContrastTextOption,
     FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetTextOption,
 )
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError, VitcliError
@@ -247,10 +249,14 @@ def ablate_jobs(
     target_image: str | None = None,
     target_direction: str | None = None,
     target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
 ) -> list[Job]:
     """run_images: the command line's images, the default reference of --mode mean and resample (a `vitcli run`
     config does not pass them: there the reference must be given)."""
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
+    )
     mode = str(mode)
     if mode not in {member.value for member in Mode}:
         raise UsageError(f"unknown --mode {mode!r}: choose one of {', '.join(member.value for member in Mode)}")
@@ -336,6 +342,8 @@ def ablate_command(
     target_image: TargetImageOption = None,
     target_direction: TargetDirectionOption = None,
     target_feature: TargetFeatureOption = None,
+    target_text: TargetTextOption = None,
+    contrast_text: ContrastTextOption = None,
 ) -> None:
     """Ablate heads (or whole attention and MLP sublayers) one at a time, all ablations of an image as batched
     forwards: the change of the target logit and probability and whether the top-1 changes."""
@@ -349,5 +357,7 @@ def ablate_command(
         target_image=target_image,
         target_direction=target_direction,
         target_feature=target_feature,
+        target_text=target_text,
+        contrast_text=contrast_text,
     )
     context.run(jobs, images)

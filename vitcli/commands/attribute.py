@@ -8,10 +8,12 @@ import typer
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
 from vitcli.commands.target_options import (
+    ContrastTextOption,
     FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetTextOption,
 )
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError, VitcliError
@@ -145,8 +147,12 @@ def attribute_jobs(
     target_image: str | None = None,
     target_direction: str | None = None,
     target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    )
     by = str(by)
     if by not in {member.value for member in By}:
         raise UsageError(f"unknown --by {by!r}: choose one of {', '.join(member.value for member in By)}")
@@ -184,8 +190,12 @@ def attribute_command(
     target_image: TargetImageOption = None,
     target_direction: TargetDirectionOption = None,
     target_feature: TargetFeatureOption = None,
+    target_text: TargetTextOption = None,
+    contrast_text: ContrastTextOption = None,
 ) -> None:
     """Direct logit attribution: the target logit split exactly into what the embedding, each block's attention
     and MLP, each head or each source token wrote, with the final LayerNorm's scale frozen; checked to add up."""
-    jobs = attribute_jobs(target, contrast, by, block, target_image, target_direction, target_feature)
+    jobs = attribute_jobs(
+        target, contrast, by, block, target_image, target_direction, target_feature, target_text, contrast_text
+    )
     context.run(jobs, images)

@@ -26,10 +26,12 @@ from vitcli.commands.explain_options import (
 )
 from vitcli.commands.occlude import Fill, TargetOption
 from vitcli.commands.target_options import (
+    ContrastTextOption,
     FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetTextOption,
 )
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
@@ -320,8 +322,12 @@ def explain_jobs(
     target_image: str | None = None,
     target_direction: str | None = None,
     target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    )
     if embedding is not None and sanity:
         raise UsageError(
             f"--sanity compares the maps with those of a random other class; it does not apply to {embedding.option}"
@@ -438,6 +444,8 @@ def explain_command(
     target_image: TargetImageOption = None,
     target_direction: TargetDirectionOption = None,
     target_feature: TargetFeatureOption = None,
+    target_text: TargetTextOption = None,
+    contrast_text: ContrastTextOption = None,
 ) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
@@ -467,6 +475,8 @@ def explain_command(
             target_image,
             target_direction,
             target_feature,
+            target_text,
+            contrast_text,
         ),
         images,
     )

@@ -6,10 +6,12 @@ from typing import Annotated, Any
 import typer
 
 from vitcli.commands.target_options import (
+    ContrastTextOption,
     FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetTextOption,
 )
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
@@ -174,8 +176,12 @@ def occlude_quadrants_jobs(
     target_image: str | None = None,
     target_direction: str | None = None,
     target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
+    )
     return [OcclusionJob(target, _fill(fill), embedding)]
 
 
@@ -188,8 +194,12 @@ def occlude_patches_jobs(
     target_image: str | None = None,
     target_direction: str | None = None,
     target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
+    )
     return [PatchOcclusionJob(target, _fill(fill), size, stride, embedding)]
 
 
@@ -208,9 +218,14 @@ def occlude_quadrants_command(
     target_image: TargetImageOption = None,
     target_direction: TargetDirectionOption = None,
     target_feature: TargetFeatureOption = None,
+    target_text: TargetTextOption = None,
+    contrast_text: ContrastTextOption = None,
 ) -> None:
     """Cover each quadrant in turn (112x112 on a 224 input): how far does the target probability fall?"""
-    context.run(occlude_quadrants_jobs(target, fill, target_image, target_direction, target_feature), images)
+    jobs = occlude_quadrants_jobs(
+        target, fill, target_image, target_direction, target_feature, target_text, contrast_text
+    )
+    context.run(jobs, images)
 
 
 @vitcli_command(
@@ -234,7 +249,11 @@ def occlude_patches_command(
     target_image: TargetImageOption = None,
     target_direction: TargetDirectionOption = None,
     target_feature: TargetFeatureOption = None,
+    target_text: TargetTextOption = None,
+    contrast_text: ContrastTextOption = None,
 ) -> None:
     """Slide a cover over the input (one per patch by default) and map the drop in target probability."""
-    jobs = occlude_patches_jobs(target, fill, size, stride, target_image, target_direction, target_feature)
+    jobs = occlude_patches_jobs(
+        target, fill, size, stride, target_image, target_direction, target_feature, target_text, contrast_text
+    )
     context.run(jobs, images)

@@ -9,10 +9,12 @@ import typer
 from vitcli.commands.explain import resolve_target_text
 from vitcli.commands.occlude import TargetOption
 from vitcli.commands.target_options import (
+    ContrastTextOption,
     FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetTextOption,
 )
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError, VitcliError
@@ -179,6 +181,8 @@ def patch_jobs(
     target_image: str | None = None,
     target_direction: str | None = None,
     target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
     relative to its own folder). The command line's two-image form does not come through here."""
@@ -193,7 +197,9 @@ def patch_jobs(
         )
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    )
     return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
 
 
@@ -266,6 +272,8 @@ def patch_command(
     target_image: TargetImageOption = None,
     target_direction: TargetDirectionOption = None,
     target_feature: TargetFeatureOption = None,
+    target_text: TargetTextOption = None,
+    contrast_text: ContrastTextOption = None,
 ) -> None:
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
@@ -275,7 +283,9 @@ def patch_command(
     chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
     chosen_methods = [each.value for each in (method or [Method.activation])]
     clean_path, corrupt_path = _pair(images)
-    embedding = parse_embedding_target(target, target_image, target_direction, target_feature, contrast)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    )
     job = PatchJob(clean_path, target, contrast, chosen_sites, chosen_methods, embedding)
     context.check([job])
     model = context.model()

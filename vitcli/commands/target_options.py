@@ -48,6 +48,28 @@ TargetFeatureOption = Annotated[
     ),
 ]
 
+TargetTextOption = Annotated[
+    str | None,
+    typer.Option(
+        "--target-text",
+        help="Follow scale x the cosine similarity of the image embedding and this text's embedding (the zero-shot "
+        "logit of the text; --template's templates apply to it) instead of a class. Needs a model with a text tower "
+        "(open_clip CLIP or SigLIP).",
+        show_default=False,
+        rich_help_panel=_PANEL,
+    ),
+]
+
+ContrastTextOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contrast-text",
+        help="With --target-text: subtract the same score for this text (T's scaled cosine - U's).",
+        show_default=False,
+        rich_help_panel=_PANEL,
+    ),
+]
+
 
 class FollowsEmbedding:
     """A job's embedding target, bound to the loaded model on first use (REF's embedding computed once)."""
@@ -65,4 +87,8 @@ class FollowsEmbedding:
         return self._bound[1]
 
     def embedding_settings(self) -> dict[str, Any]:
-        return {} if self.embedding_target is None else {"target": self.embedding_target.describe()}
+        """The target as JSON; once bound, with what the loaded model tells (a text target's scale)."""
+        if self.embedding_target is None:
+            return {}
+        target = self.embedding_target if self._bound is None else self._bound[1].target
+        return {"target": target.describe()}

@@ -32,6 +32,8 @@ EMBEDDING_READOUT = {
     "norm frozen at its value: the cosine similarity",
     "direction": "pooled embedding . direction",
     "feature": "pooled embedding . unit vector of the feature",
+    "text": "pooled embedding . scale x (text's unit embedding - contrast_text's, if any) / |pooled embedding|, the "
+    "image's embedding norm frozen at its value: the scaled cosine",
 }
 SHOWN_TOKENS = 12  # the table's share of --by token: the largest source-token terms
 
