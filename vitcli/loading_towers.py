@@ -268,7 +268,12 @@ def describe_tower(spec: WeightsSpec) -> Any:
     family = family_of(skeleton)
     fc1 = next(module for module in skeleton.blocks[0].mlp.modules() if isinstance(module, nn.Linear))
     architecture = architecture_from(spec.model_name, family, family.num_classes, tower_labels(spec, skeleton))
-    return dataclasses.replace(architecture, mlp_hidden=fc1.out_features)
+    features = architecture.features
+    if "text_tower" in features and not spec.random and spec.checkpoint is not None:
+        from vitcli.loading_open_clip import checkpoint_has_text
+
+        features = features if checkpoint_has_text(spec.checkpoint) else features - {"text_tower"}
+    return dataclasses.replace(architecture, mlp_hidden=fc1.out_features, features=features)
 
 
 # ----- loading
@@ -281,12 +286,17 @@ def load_tower(spec: WeightsSpec, device: torch.device, batch_size: int) -> Any:
     skeleton = tower_skeleton(spec.model_name)
     check_tower_spec(spec)
     labels = tower_labels(spec, skeleton)
+    whole = None
     if spec.model_name.startswith(HF_PREFIX):
         tower = _load_hf(spec, skeleton)
     else:
-        tower = _load_open_clip(spec, skeleton)
+        tower, whole = _load_open_clip(spec, skeleton)
     model = VitModel(tower, spec, device, batch_size)
     model.labels = list(labels)
+    if whole is not None:
+        from vitcli.loading_open_clip import attach_text_tower
+
+        attach_text_tower(model, whole)
     return model
 
 
@@ -317,9 +327,11 @@ def _load_hf(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
     return HFTower(model, dict(skeleton.pretrained_cfg))
 
 
-def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
+def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    """The wrapped image tower and the whole open_clip model (whose text side becomes VitModel.text), None for the
+    latter when a checkpoint gave the image tower alone (the text side then has no weights)."""
     from vitcli.capture.families.open_clip import OpenClipTower
-    from vitcli.loading import _load_state, read_checkpoint
+    from vitcli.loading_open_clip import load_open_clip_checkpoint
 
     open_clip = _extra("open_clip", "clip", spec.model_name)
     model_name, tag = _open_clip_name(spec.model_name)
@@ -335,14 +347,9 @@ def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
                 raise VitcliError(
                     f"could not load the weights of {spec.model_name} (--debug shows why); {OPEN_CLIP_WEIGHTS_HELP}"
                 ) from error
-    visual = model.visual
-    if not spec.random and spec.checkpoint is not None:
-        state = read_checkpoint(spec.checkpoint)
-        if any(key.startswith("visual.") for key in state):  # the whole CLIP model: its image tower's part
-            state = {key.removeprefix("visual."): value for key, value in state.items() if key.startswith("visual.")}
-        _load_state(visual, state, spec.checkpoint, spec.model_name)
+    with_text = spec.random or spec.checkpoint is None or load_open_clip_checkpoint(model, spec)
     provenance = {"tag": tag} if not spec.random and spec.checkpoint is None else {}
-    return OpenClipTower(visual, {**skeleton.pretrained_cfg, **provenance})
+    return OpenClipTower(model.visual, {**skeleton.pretrained_cfg, **provenance}), model if with_text else None
 
 
 def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from vitcli.filenames import escaped_path
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
 from vitcli.spec import WeightsSpec
+from vitcli.text_tower import TextTower
 
 
 @dataclass
@@ -92,6 +93,8 @@ class VitModel:
         self.grid = self.family.grid()
         # Decided once per model: trace() asks for every batch.
         self._attention_refusal = _attention_refusal(net, spec.model_name)
+        # The text side of an image-text model (open_clip's CLIP and SigLIP), set by its loader; None for the rest.
+        self.text: TextTower | None = None
 
     # ----- facts about the architecture
 

@@ -68,6 +68,8 @@ FEATURES = {
     "pattern_gradients": "attention probabilities the forward itself goes on with, so gradients reach them",
     "timm_blocks": "timm's standard Block, Attention and Mlp: compare-patch-size counts them in closed form and "
     "rebuilds the model at other patch sizes",
+    "text_tower": "a text tower paired with the image tower (open_clip's CLIP and SigLIP): zero-shot labels, text "
+    "targets",
 }
 
 

@@ -64,6 +64,9 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
 TARGET_COMMANDS = frozenset(("explain", "occlude-quadrants", "occlude-patches", "attribute", "ablate", "patch"))
 TARGET_OPTIONS = "--target-image REF, --target-direction FILE.npy or --target-feature N"
 
+# Which models have a text tower, as refusals of text options name them.
+TEXT_TOWER_FAMILIES = "open_clip models (--model open_clip:NAME: CLIP's and SigLIP's image towers)"
+
 # What a model lacking a feature has not, as a refusal says it.
 LACKS = {
     "pattern": "no attention probabilities vitcli can capture in every block",
@@ -81,6 +84,7 @@ LACKS = {
     "so no gradient reaches them)",
     "timm_blocks": "no timm standard blocks (Block, Attention, Mlp), whose cost vitcli counts and rebuilds at other "
     "patch sizes",
+    "text_tower": f"no text tower ({TEXT_TOWER_FAMILIES} have one)",
 }
 
 
@@ -109,6 +113,8 @@ def family_features(family: Family) -> frozenset[str]:
         told.add("attention_pooling")
     if "pattern" in family.features and family.pattern_in_forward:
         told.add("pattern_gradients")
+    if getattr(family.net, "pairs_with_text", False):  # set by the loader of open_clip models (loading_towers)
+        told.add("text_tower")
     return family.features | told
 
 

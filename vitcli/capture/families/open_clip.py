@@ -54,6 +54,8 @@ class OpenClipTower(nn.Module):
     """open_clip's image tower dressed as vitcli reads a timm ViT (`pretrained_cfg`, `patch_embed`, `blocks`,
     `embed_dim`, `num_classes` 0, `global_pool`); its forward is the tower's own: the image embedding."""
 
+    pairs_with_text = True  # open_clip models pair it with a text tower (the "text_tower" feature)
+
     def __init__(self, visual: nn.Module, data_config: dict[str, Any]):
         super().__init__()
         self.visual = visual
