@@ -57,6 +57,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "anatomy --view cka": {"plain_rows"},
         "anatomy --view pca": {"plain_rows"},
         "anatomy --view norms": {"plain_rows"},
+        # Each head's direct contribution to the image embedding, described by the texts' embeddings.
+        "heads": {"text_tower", "heads", "plain_rows"},
     }.items()
 }
 

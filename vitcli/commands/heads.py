@@ -33,13 +33,13 @@ class HeadsJob(Job):
     needs_classes = False  # texts take the classes' place
     scope = "set"
 
-    def __init__(self, texts: Path | str, blocks: int = DEFAULT_BLOCKS, k: int = DEFAULT_K):
-        if blocks < 1:
+    def __init__(self, texts: Path | str, blocks: int | None = None, k: int = DEFAULT_K):
+        if blocks is not None and blocks < 1:
             raise UsageError(f"--blocks must be at least 1, not {blocks}")
         if k < 1:
             raise UsageError(f"--k must be at least 1, not {k}")
         self.bank: TextBank = read_text_bank(Path(texts))
-        self.blocks = blocks
+        self.blocks = blocks  # None: the last DEFAULT_BLOCKS, or every block of a shallower model (check() says)
         self.k = k
         self.publisher: Any = None  # where the text embeddings are cached; attach() sets it
 
@@ -50,7 +50,9 @@ class HeadsJob(Job):
         return {"texts": str(self.bank.path), "texts_sha256": self.bank.sha256, "blocks": self.blocks, "k": self.k}
 
     def check(self, architecture: Any) -> None:
-        if self.blocks > architecture.depth:
+        if self.blocks is None:
+            self.blocks = min(DEFAULT_BLOCKS, architecture.depth)
+        elif self.blocks > architecture.depth:
             raise UsageError(f"--blocks {self.blocks}: {architecture.name} has {architecture.depth} blocks")
 
     def check_images(self, count: int) -> None:
@@ -119,7 +121,7 @@ class HeadsJob(Job):
 
 
 @builds_jobs("heads")
-def heads_jobs(texts: str | None = None, blocks: int = DEFAULT_BLOCKS, k: int = DEFAULT_K) -> list[Job]:
+def heads_jobs(texts: str | None = None, blocks: int | None = None, k: int = DEFAULT_K) -> list[Job]:
     if texts is None:
         raise UsageError('heads needs a text bank: --texts FILE (`texts = "FILE"` in a config), one text per line')
     return [HeadsJob(texts, blocks, k)]
@@ -140,8 +142,14 @@ def heads_command(
         typer.Option("--texts", help="The text bank: a UTF-8 file, one text per line.", show_default=False),
     ] = None,
     blocks: Annotated[
-        int, typer.Option("--blocks", help="Describe the heads of this many last blocks (the paper's: 4).")
-    ] = DEFAULT_BLOCKS,
+        int | None,
+        typer.Option(
+            "--blocks",
+            help=f"Describe the heads of this many last blocks (default {DEFAULT_BLOCKS} as in the paper, or all if "
+            "fewer).",
+            show_default=False,
+        ),
+    ] = None,
     k: Annotated[int, typer.Option("--k", help="Texts per head, chosen greedily by the variance they explain.")] = (
         DEFAULT_K
     ),

@@ -33,7 +33,6 @@ from vitcli.text_bank import TextBank
 
 DEFAULT_BLOCKS = 4  # the paper's: the last four blocks carry nearly all of the direct effect in CLIP ViT-L and H
 DEFAULT_K = 5  # texts per head: the paper's tables describe heads with five
-TEXT_BATCH = 256  # texts per call of the text tower
 EMBEDDING_TOLERANCE = 1e-4  # largest difference of the summed parts from the model's own embedding, per coordinate
 
 
@@ -87,10 +86,10 @@ class HeadsResult:
 
 
 def encode_bank(model: VitModel, texts: list[str]) -> Tensor:
-    """The texts' unit embeddings (texts, D) float32 by the model's text tower, a batch at a time."""
-    tower = model.text
-    tower.check(texts, "--texts")
-    return torch.cat([tower.encode(texts[start : start + TEXT_BATCH]) for start in range(0, len(texts), TEXT_BATCH)])
+    """The texts' unit embeddings (texts, D) float32 by the model's text tower; a text longer than its tokenizer's
+    context is refused (UsageError, naming the limit)."""
+    model.text.check(texts, "--texts")
+    return model.text.encode(texts)
 
 
 def embedding_parts(model: VitModel, inputs: Tensor, first_block: int) -> list[EmbeddingParts]:
