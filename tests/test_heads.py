@@ -3,11 +3,15 @@ files, its text-embedding cache and its refusals. The algorithm itself: test_tex
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import RANDOM_CPU
+from vitcli.hashing import file_sha256
+
+from conftest import RANDOM_CPU, result_files
 
 open_clip = pytest.importorskip("open_clip")
 
@@ -19,12 +23,12 @@ BANK = ["a dog", "a cat", "a red car", "the sea at night", "a bowl of [bold]soup
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
-    """Six small images that differ (noise with a coloured block in a different place each)."""
+    """Eight small images that differ (noise with a coloured block in a different place each)."""
     folder = tmp_path_factory.mktemp("heads-images")
     generator = np.random.default_rng(0)
-    for number in range(6):
+    for number in range(8):
         pixels = generator.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)
-        pixels[8 * number : 8 * number + 24, 10:40] = generator.integers(0, 256, 3)
+        pixels[5 * number : 5 * number + 24, 10:40] = generator.integers(0, 256, 3)
         Image.fromarray(pixels).save(folder / f"image{number}.png")
     return folder
 
@@ -70,3 +74,93 @@ def test_one_image_is_refused_before_loading(cli, images, bank, no_model_load):
     result = cli("heads", images / "image0.png", *CLIP, "--texts", bank, *RANDOM_CPU)
     assert result.exit_code == 2
     assert "heads describes what varies over the images: give at least 2 (dozens or more), not 1" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def clip_pair():
+    """vitcli's tiny CLIP and open_clip's own model with the same random weights (seed 3)."""
+    import torch
+
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    register()
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_CLIP}", random=True, seed=3), "cpu")
+    torch.manual_seed(3)
+    return model, open_clip.create_model(TINY_CLIP, pretrained=None).eval()
+
+
+@pytest.mark.parametrize("first_block", [1, 2])
+def test_every_components_direct_contribution_adds_up_to_open_clips_image_embedding(clip_pair, first_block):
+    import torch
+
+    from vitcli.experiments.heads import embedding_parts
+
+    model, reference = clip_pair
+    inputs = torch.randn(3, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = reference.encode_image(inputs).double()
+    parts = embedding_parts(model, inputs, first_block)
+    for image, found in enumerate(parts):
+        assert found.heads.shape == (3 - first_block, 2, expected.shape[-1])
+        torch.testing.assert_close(found.rebuilt(), expected[image], atol=1e-4, rtol=0)
+        assert float(found.heads.abs().sum()) > 0
+
+
+def test_heads_writes_a_table_per_head_json_csv_and_figure_as_textspan_of_the_contributions(cli, images, bank, workdir):
+    import torch
+
+    from vitcli.experiments.heads import embedding_parts
+    from vitcli.experiments.textspan import text_span
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    register()
+    result = cli("heads", images, *CLIP, "--texts", bank, "--k", "6", *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    files = result_files(workdir / "outputs", "heads-b2-k6-t" + file_sha256(bank)[:10])
+    assert {"json", "csv", "png"} <= set(files)
+    document = json.loads(files["json"].read_text(encoding="utf-8"))["result"]
+    assert document["texts"] == {
+        "path": str(bank), "sha256": file_sha256(bank), "count": len(BANK), "embeddings": "computed",
+    }  # fmt: skip
+    assert [(head["block"], head["head"]) for head in document["heads"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    # The oracle: the same model's contributions, computed here, and TextSpan of each head against the bank.
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_CLIP}", random=True, seed=0), "cpu")
+    inputs = torch.stack([model.prepare(path).input for path in sorted(images.iterdir())])
+    contributions = torch.stack([parts.heads for parts in embedding_parts(model, inputs, 1)]).numpy()
+    texts = model.text.encode(BANK).double().numpy()
+    for head in document["heads"]:
+        span = text_span(contributions[:, head["block"] - 1, head["head"] - 1], texts, 6)
+        assert [text["text"] for text in head["texts"]] == [BANK[index] for index in span.texts]
+        np.testing.assert_allclose([text["share"] for text in head["texts"]], span.shares, rtol=1e-4, atol=1e-6)
+        assert 0 <= head["explained"] <= 1
+    lines = files["csv"].read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 + sum(len(head["texts"]) for head in document["heads"])
+    assert "block,head,rank,text,share,cumulative_share,head_variance" in lines[0]
+    assert len(document["heads"][0]["texts"]) == len(BANK)  # 7 directions over 8 images: room for every text
+    for text in BANK:
+        assert text in result.stdout  # the tables show each text as written ("[bold]" is not markup)
+
+
+def test_the_banks_embeddings_are_computed_once_and_read_back_from_the_store(cli, images, bank, workdir):
+    from safetensors.torch import load_file
+
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    register()
+    name = "heads-b2-k2-t" + file_sha256(bank)[:10]
+    arguments = ("heads", images, *CLIP, "--texts", bank, "--k", "2", *RANDOM_CPU)
+    assert cli(*arguments).exit_code == 0
+    first = json.loads(result_files(workdir / "outputs", name)["json"].read_text(encoding="utf-8"))["result"]
+    assert cli(*arguments).exit_code == 0
+    second = json.loads(result_files(workdir / "outputs", name)["json"].read_text(encoding="utf-8"))["result"]
+    assert (first["texts"]["embeddings"], second["texts"]["embeddings"]) == ("computed", "from the cache")
+    assert first["heads"] == second["heads"]
+    (cached,) = (workdir / "outputs").glob(f"*/text-embeddings/texts-{file_sha256(bank)[:16]}-*.safetensors")
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_CLIP}", random=True, seed=0), "cpu")
+    assert np.array_equal(load_file(str(cached))["embeddings"].numpy(), model.text.encode(BANK).numpy())
+    bank.write_text("a dog\na kite\n", encoding="utf-8")  # another bank: other embeddings
+    assert cli("heads", images, *CLIP, "--texts", bank, "--k", "2", *RANDOM_CPU).exit_code == 0
+    assert len(list((workdir / "outputs").glob("*/text-embeddings/*.safetensors"))) == 2
