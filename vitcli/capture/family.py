@@ -64,6 +64,8 @@ FEATURES = {
     "cls_token": "a class token (CLS) at row 0",
     "positions": "learned absolute position embeddings added to the patch rows",
     "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",
+    "pooling_readout": "a pooling attribution writes as a linear map: the CLS row, the mean, or attention pooling with "
+    "its probabilities frozen",
     "attention_pooling": "an attention pooling (timm's AttentionPoolLatent) whose probabilities can be captured",
     "pattern_gradients": "attention probabilities the forward itself goes on with, so gradients reach them",
     "timm_blocks": "timm's standard Block, Attention and Mlp: compare-patch-size counts them in closed form and "

@@ -40,9 +40,9 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "lens": {"class_head", "plain_rows", "cls_token", "plain_pooling"},  # the CLS and patch-mean readouts
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
-        "attribute": {"class_head", "replace", "plain_pooling"},
-        "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "plain_pooling"},
-        "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "plain_pooling"},
+        "attribute": {"class_head", "replace", "pooling_readout"},
+        "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "pooling_readout"},
+        "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"},
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
         # Its closed form counts attention over one token grid in every block (not windows on merged grids).
@@ -81,6 +81,8 @@ LACKS = {
     "cls_token": "no class token",
     "positions": "no learned absolute position embeddings",
     "plain_pooling": "no head reading the CLS row or the mean of the final rows (it pools by attention)",
+    "pooling_readout": "no pooling attribution can write as a linear map (the CLS row, the mean, or timm's attention "
+    "pooling)",
     "attention_pooling": "no attention pooling (its pooled embedding is the CLS row or the mean of the final rows)",
     "pattern_gradients": "no attention probabilities in the forward's graph (vitcli computes them beside the module, "
     "so no gradient reaches them)",
@@ -111,6 +113,8 @@ def family_features(family: Family) -> frozenset[str]:
         told.add("cls_token")
     if family.pooling in ("token", "avg"):
         told.add("plain_pooling")
+    if family.pooling in ("token", "avg", "map"):
+        told.add("pooling_readout")
     if "pool.hook_pattern" in family.model_sites:
         told.add("attention_pooling")
     if "pattern" in family.features and family.pattern_in_forward:

@@ -37,11 +37,12 @@ from vitcli.targets import BoundTarget, EmbeddingScore, output_of
 
 RECONSTRUCTION_TOLERANCE = 1e-4
 EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS, TOKEN = "embedding", "attn", "mlp", "head", "attn bias", "token"
+POOL_MLP = "pool mlp"  # the attention pooling's residual MLP (vitcli.experiments.readout)
 
 
 @dataclass(frozen=True)
 class Term:
-    component: str  # EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS or TOKEN
+    component: str  # EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS, TOKEN or POOL_MLP
     block: int | None  # one-based; None for the embedding
     head: int | None  # one-based, for HEAD and TOKEN
     token: int | None  # the source token index (0 = CLS, patch n = token n with one prefix token), for TOKEN
@@ -63,6 +64,7 @@ class AttributionResult:
     block_terms: list[Term]  # embedding, then attention and MLP of every block from first_block (for the bar chart)
     head_terms: np.ndarray  # (blocks, heads) per-head terms of the blocks from first_block (for the heat map)
     bias_terms: np.ndarray  # (blocks,) the attention bias term of each block from first_block
+    pool_mlp: float | None  # the attention pooling MLP's term (also last in `terms`); None without attention pooling
     grid: PatchGrid  # the tokens' names and the patches' places
     crop: np.ndarray  # (H, W, 3) uint8, for the --by token figure
 
@@ -115,6 +117,9 @@ def attribute(
             block_terms.append(Term(component, b, None, None, readout.term(cache[f"blocks.{b}.hook_{component}_out"])))
     head_terms, bias_terms = _head_terms(model, cache, readout, blocks)
     terms = _terms(model, cache, readout, by, block, block_terms, head_terms, bias_terms, blocks)
+    pool_mlp = readout.pool_mlp if model.family.pooling == "map" else None
+    if pool_mlp is not None:
+        terms = [*terms, Term(POOL_MLP, None, None, None, pool_mlp)]  # by block, `terms` is `block_terms` itself
     if embedding is not None:
         model_metric = float(embedding.score(logits[None].double())[0])
         followed, contrasted = EmbeddingScore(embedding.target, model_metric), None
@@ -137,6 +142,7 @@ def attribute(
         block_terms,
         head_terms,
         bias_terms,
+        pool_mlp,
         model.grid,
         prepared.crop_uint8(),
     )

@@ -12,6 +12,7 @@ from vitcli.experiments.attribution import (
     ATTENTION,
     EMBEDDING,
     MLP,
+    POOL_MLP,
     RECONSTRUCTION_TOLERANCE,
     TOKEN,
     AttributionResult,
@@ -47,7 +48,15 @@ EARLIER_STAGES = (
 )
 
 
+ATTENTION_POOLING = (
+    "; attention pooling with its probabilities frozen at this image's values reads each row through its v and "
+    "output projections, and its residual MLP is one term (pool mlp)"
+)
+
+
 def _definition(result: AttributionResult) -> str:
+    if result.pool_mlp is not None:
+        return DEFINITION + ATTENTION_POOLING
     if result.first_block == 1:
         return DEFINITION
     depth = result.first_block + len(result.bias_terms) - 1
@@ -78,9 +87,9 @@ def _check_text(result: AttributionResult) -> str:
 
 
 def component_name(term: Term, token_names: tuple[str, ...]) -> str:
-    """4.attn, 4.mlp, 4.2 (head 2 of block 4), 4.bias, 4.2.P63, embedding."""
-    if term.component == EMBEDDING:
-        return EMBEDDING
+    """4.attn, 4.mlp, 4.2 (head 2 of block 4), 4.bias, 4.2.P63, embedding, pool mlp."""
+    if term.component in (EMBEDDING, POOL_MLP):
+        return term.component
     if term.component in (ATTENTION, MLP):
         return f"{term.block}.{term.component}"
     if term.component == TOKEN:
@@ -103,6 +112,8 @@ def table(result: AttributionResult) -> Table:
                 str(result.first_block + index - 1),
                 *(f"{term.value:.4g}" for term in result.block_terms[2 * index - 1 : 2 * index + 1]),
             )
+        if result.pool_mlp is not None:
+            view.add_row(POOL_MLP, "", f"{result.pool_mlp:.4g}")
         return view
     if result.by == "head":
         heads = result.head_terms.shape[1]
@@ -117,6 +128,8 @@ def table(result: AttributionResult) -> Table:
                 f"{result.bias_terms[index - 1]:.4g}",
                 f"{mlp:.4g}",
             )
+        if result.pool_mlp is not None:
+            view.add_row(POOL_MLP, *[""] * (heads + 1), f"{result.pool_mlp:.4g}")
         return view
     for column in ("source token", "head", "term"):
         view.add_column(column, justify="right")
@@ -170,6 +183,7 @@ def document(result: AttributionResult) -> dict[str, Any]:
             "abs_difference": result.difference,
             "tolerance": RECONSTRUCTION_TOLERANCE,
         },
+        "pool_mlp_term": result.pool_mlp,
         "terms": [{key: value for key, value in row.items() if not key.endswith("_class")} for row in rows(result)],
         "head_terms": result.head_terms.tolist(),
         "attention_bias_terms": result.bias_terms.tolist(),
@@ -202,8 +216,12 @@ def _block_figure(result: AttributionResult) -> Any:
     bars.bar([0], [result.block_terms[0].value], 0.7, color="gray", label=_entering(result))
     bars.bar(places - 0.18, attention, 0.36, label="attention")
     bars.bar(places + 0.18, mlp, 0.36, label="MLP")
+    ticks = [entering, *(str(block) for block in blocks)]
+    if result.pool_mlp is not None:
+        bars.bar([depth + 1], [result.pool_mlp], 0.7, color="black", label="pooling MLP")
+        ticks.append("pool")
     bars.axhline(0, color="black", linewidth=0.6)
-    bars.set_xticks(range(depth + 1), [entering, *(str(block) for block in blocks)])
+    bars.set_xticks(range(len(ticks)), ticks)
     staged = "" if result.first_block == 1 else "; the last stage: earlier blocks pass through patch merging"
     bars.set_xlabel(f"block (counting from 1{staged})")
     bars.set_ylabel(f"term ({_units(result)})")
