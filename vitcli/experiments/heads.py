@@ -6,10 +6,12 @@ linear readout of the final rows, which are the rows entering the first decompos
 it, each head's output z_h W_O,h^T, the attention bias and the MLP output (each times the block's layer scale). So
 
     embedding = readout(rows entering block F) + sum over blocks >= F of (sum over heads of readout(head)
-                + readout(attention bias) + readout(MLP)) + constant,
+                + readout(attention bias) + readout(MLP)) + constant + pooling MLP,
 
-checked per image against the model's own embedding. One head's readouts over the images, (images, D), are what
-TextSpan (vitcli.experiments.textspan) describes with the bank's text embeddings.
+where the pooling MLP term is an attention pooling's (SigLIP's 'map' head) MLP output, frozen like the LayerNorm's
+scale (zero for CLS and mean pooling); checked per image against the model's own embedding. One head's readouts
+over the images, (images, D), are what TextSpan (vitcli.experiments.textspan) describes with the bank's text
+embeddings.
 """
 
 from __future__ import annotations
@@ -45,13 +47,13 @@ class EmbeddingParts:
     biases: Tensor  # (blocks, D): each block's attention bias
     mlps: Tensor  # (blocks, D)
     embedding: Tensor  # (D,)
-    constant: Tensor  # (D,): what the frozen LayerNorm's shift (and the pooling) add
+    constant: Tensor  # (D,): the biases of the readout (LayerNorm shift, the attention pooling's biases)
+    pool_mlp: Tensor  # (D,): an attention pooling's MLP output (zero for CLS and mean pooling)
     pooled: Tensor  # (D,): the model's own image embedding
 
     def rebuilt(self) -> Tensor:
-        return (
-            self.heads.sum(dim=(0, 1)) + self.biases.sum(dim=0) + self.mlps.sum(dim=0) + self.embedding + self.constant
-        )
+        components = self.heads.sum(dim=(0, 1)) + self.biases.sum(dim=0) + self.mlps.sum(dim=0) + self.embedding
+        return components + self.constant + self.pool_mlp
 
 
 @dataclass(frozen=True)
@@ -99,14 +101,14 @@ def embedding_parts(model: VitModel, inputs: Tensor, first_block: int) -> list[E
     blocks = range(first_block, depth + 1)
     sites = [f"blocks.{first_block}.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
     sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_mlp_out")]
-    with torch.inference_mode(), caching(model.net, sites + list(readout_sites(model))) as cache:
+    with torch.inference_mode(), caching(model.net, sites) as cache:
         pooled = model.family.pooled(inputs.to(model.device)).double().cpu()
     cache = {site: activation.double().cpu() for site, activation in cache.items()}
     writers = {b: attention_output(model, b) for b in blocks}
     found = []
     for index in range(len(inputs)):
         mine = {site: activation[index] for site, activation in cache.items()}
-        readout = embedding_readout(model, mine[f"blocks.{depth}.hook_resid_post"], mine)
+        readout = embedding_readout(model.net, mine[f"blocks.{depth}.hook_resid_post"])
         heads, biases, mlps = [], [], []
         for b in blocks:
             weight, bias, scale = writers[b]
@@ -121,15 +123,10 @@ def embedding_parts(model: VitModel, inputs: Tensor, first_block: int) -> list[E
         found.append(
             EmbeddingParts(
                 first_block, torch.stack(heads), torch.stack(biases), torch.stack(mlps), embedding,
-                readout.constant.double(), pooled[index],
+                readout.constant, readout.pool_mlp, pooled[index],
             )
         )  # fmt: skip
     return found
-
-
-def readout_sites(model: VitModel) -> tuple[str, ...]:
-    """What embedding_readout reads besides the final rows: the attention pooling's probabilities, if it pools so."""
-    return ("pool.hook_pattern",) if "pool.hook_pattern" in model.family.model_sites else ()
 
 
 def describe_heads(
