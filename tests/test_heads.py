@@ -18,7 +18,15 @@ open_clip = pytest.importorskip("open_clip")
 from tiny_open_clip import TINY_CLIP, TINY_SIGMOID, register  # noqa: E402
 
 CLIP = ["--model", f"open_clip:{TINY_CLIP}"]
-BANK = ["a dog", "a cat", "a red car", "the sea at night", "a bowl of [bold]soup[/bold]", "stripes"]
+BANK = [
+    "a dog",
+    "a cat",
+    "a red car",
+    "the sea at night",
+    "a bowl of [bold]soup[/bold]",
+    "stripes",
+    "<i>kites</i> & co",
+]
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +124,9 @@ def test_heads_writes_a_table_per_head_json_csv_and_figure_as_textspan_of_the_co
     from vitcli.spec import WeightsSpec
 
     register()
-    result = cli("heads", images, *CLIP, "--texts", bank, "--k", "6", *RANDOM_CPU)
+    result = cli("heads", images, *CLIP, "--texts", bank, "--k", "7", *RANDOM_CPU)
     assert result.exit_code == 0, result.stderr
-    files = result_files(workdir / "outputs", "heads-b2-k6-t" + file_sha256(bank)[:10])
+    files = result_files(workdir / "outputs", "heads-b2-k7-t" + file_sha256(bank)[:10])
     assert {"json", "csv", "png"} <= set(files)
     document = json.loads(files["json"].read_text(encoding="utf-8"))["result"]
     assert document["texts"] == {
@@ -131,10 +139,10 @@ def test_heads_writes_a_table_per_head_json_csv_and_figure_as_textspan_of_the_co
     contributions = torch.stack([parts.heads for parts in embedding_parts(model, inputs, 1)]).numpy()
     texts = model.text.encode(BANK).double().numpy()
     for head in document["heads"]:
-        span = text_span(contributions[:, head["block"] - 1, head["head"] - 1], texts, 6)
+        span = text_span(contributions[:, head["block"] - 1, head["head"] - 1], texts, 7)
         assert [text["text"] for text in head["texts"]] == [BANK[index] for index in span.texts]
         np.testing.assert_allclose([text["share"] for text in head["texts"]], span.shares, rtol=1e-4, atol=1e-6)
-        assert 0 <= head["explained"] <= 1
+        assert 0 <= head["explained"] <= 1 + 1e-9
     lines = files["csv"].read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + sum(len(head["texts"]) for head in document["heads"])
     assert "block,head,rank,text,share,cumulative_share,head_variance" in lines[0]
@@ -224,3 +232,25 @@ def test_the_identity_holds_on_open_clips_vit_s_32_over_every_block():
     for image, found in enumerate(embedding_parts(model, inputs, 1)):
         assert found.heads.shape[:2] == (model.depth, model.num_heads)
         torch.testing.assert_close(found.rebuilt(), expected[image], atol=1e-4, rtol=0)
+
+
+def test_a_run_config_runs_heads_and_the_report_shows_its_texts_as_text(cli, images, bank, workdir):
+    register()
+    config = workdir / "heads.toml"
+    config.write_text(
+        f'name = "textspan"\nimages = ["{images}"]\n[model]\nname = "open_clip:{TINY_CLIP}"\nweights = "random"\n'
+        'device = "cpu"\n[[experiments]]\ncommand = "heads"\ntexts = "bank.txt"\nk = 7\n',
+        encoding="utf-8",
+    )
+    assert cli("run", config).exit_code == 0
+    run = workdir / "outputs" / "textspan"
+    manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    (entry,) = [entry for entry in manifest["results"] if entry["command"] == "heads"]
+    assert entry["experiment"] == "heads-b2-k7-t" + file_sha256(bank)[:10]
+    assert len(list(run.glob("*/text-embeddings/*.safetensors"))) == 1  # cached with the run
+    result = cli("report", run, "--rows", "100")
+    assert result.exit_code == 0, result.stderr
+    page = (run / "report.html").read_text(encoding="utf-8")
+    assert "a bowl of [bold]soup[/bold]" in page  # the CSV excerpt's texts, as text
+    assert "&lt;i&gt;kites&lt;/i&gt; &amp; co" in page and "<i>kites" not in page
+    assert "data:image/png;base64," in page  # the figure
