@@ -254,3 +254,13 @@ def test_a_run_config_runs_heads_and_the_report_shows_its_texts_as_text(cli, ima
     assert "a bowl of [bold]soup[/bold]" in page  # the CSV excerpt's texts, as text
     assert "&lt;i&gt;kites&lt;/i&gt; &amp; co" in page and "<i>kites" not in page
     assert "data:image/png;base64," in page  # the figure
+
+
+def test_a_text_longer_than_the_context_is_refused_in_one_line(cli, images, workdir):
+    register()
+    bank = workdir / "long.txt"
+    bank.write_text("a dog\n" + " ".join(["word"] * 15) + "\n", encoding="utf-8")  # 17 tokens with start and end
+    result = cli("heads", images, *CLIP, "--texts", bank, *RANDOM_CPU)
+    assert result.exit_code == 2
+    assert "is 17 tokens long, but the text tower of" in result.stderr and "reads at most 16" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -31,7 +31,9 @@ def read_text_bank(path: Path, option: str = "--texts") -> TextBank:
     try:
         content = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise UsageError(f"{option} {shown} is not UTF-8 text (byte {error.start}): save it as UTF-8") from error
+        raise UsageError(
+            f"{option} {shown} is not UTF-8 text (at byte offset {error.start}): save it as UTF-8"
+        ) from error
     except OSError as error:
         raise UsageError(f"{option} {shown}: cannot read it ({error.strerror or error})") from error
     lines = [line.strip() for line in content.splitlines() if line.strip()]

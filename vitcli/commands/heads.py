@@ -61,6 +61,12 @@ class HeadsJob(Job):
                 f"heads describes what varies over the images: give at least {MIN_IMAGES} (dozens or more), not {count}"
             )
 
+    def check_texts(self, model: Any) -> None:
+        """Refuse (exit 2) a loaded model without its text side, or a text longer than its tokenizer's context."""
+        if model.text is None:
+            raise UsageError(f"{model.name} loaded without a text tower (an image tower's checkpoint brings none)")
+        model.text.check(self.bank.texts, "--texts")
+
     def attach(self, publisher: Any) -> None:
         self.publisher = publisher
 
@@ -165,6 +171,8 @@ def heads_command(
     for job in jobs:
         job.check_images(len(paths))
     model = context.model()
+    for job in jobs:
+        job.check_texts(model)
     runner = Runner(model, context.publisher(context.provenance(model)), context.fail_fast)
     report = Report()
     with progress_display(context.show_progress(len(paths))) as progress:

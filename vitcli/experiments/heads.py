@@ -90,6 +90,8 @@ class HeadsResult:
 def encode_bank(model: VitModel, texts: list[str]) -> Tensor:
     """The texts' unit embeddings (texts, D) float32 by the model's text tower; a text longer than its tokenizer's
     context is refused (UsageError, naming the limit)."""
+    if model.text is None:
+        raise VitcliError(f"{model.name} has no text tower to embed the texts with")
     model.text.check(texts, "--texts")
     return model.text.encode(texts)
 
