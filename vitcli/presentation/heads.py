@@ -19,6 +19,7 @@ ALGORITHM = (
     "text whose remaining vector r maximises the variance of C r is chosen and its direction projected out of the "
     "head's contributions and of every text; share = variance along that direction / the head's total variance"
 )
+HEAD_TABLE_WIDTH = 64  # characters: room for a head's title on one line
 FIGURE_TEXTS = 3  # texts written in each head's cell of the figure
 FIGURE_TEXT_WIDTH = 22  # characters per line of a text in a cell
 
@@ -32,11 +33,12 @@ def table(result: HeadsResult) -> Group:
     facts.add_row(
         "images", f"{len(result.images)}" + (f" ({len(result.skipped)} unreadable, left out)" * bool(result.skipped))
     )
-    facts.add_row("blocks", f"{result.blocks[0]} to {result.blocks[-1]}, {result.heads_per_block} heads each")
+    blocks = f"{result.blocks[0]} to {result.blocks[-1]}" if len(result.blocks) > 1 else str(result.blocks[0])
+    facts.add_row("blocks", f"{blocks}, {result.heads_per_block} heads each")
     facts.add_row("decomposition", f"parts add up to the embedding within {result.largest_difference:.2g}")
     parts: list[Any] = [facts]
     for head in result.heads:
-        shown = Table(title=_head_title(head), title_justify="left")
+        shown = Table(title=_head_title(head), title_justify="left", min_width=HEAD_TABLE_WIDTH)
         shown.add_column("#", justify="right")
         shown.add_column("text")
         shown.add_column("share", justify="right")
@@ -136,7 +138,7 @@ def figure(result: HeadsResult) -> Any:
         lines = [f"{_shortened(result.texts[index])} {share:.2f}" for index, share, _ in _picks(head)[:FIGURE_TEXTS]]
         dark = head.explained > 0.6
         panel.text(
-            head.head - 1, result.blocks.index(head.block), "\n".join(lines), ha="center", va="center", fontsize=5.5,
+            head.head - 1, result.blocks.index(head.block), "\n".join(lines), ha="center", va="center", fontsize=6.5,
             color="white" if dark else "black", parse_math=False,
         )  # fmt: skip
     fig.colorbar(image, ax=panel, shrink=0.8, label=f"share of the head's variance its {result.k} texts explain")
