@@ -135,3 +135,18 @@ def test_attribute_follows_an_embedding_target_through_attention_pooling(cli, ph
     assert reconstruction["abs_difference"] < TOLERANCE
     assert [term["name"] for term in document["terms"]][-1] == "pool mlp"
     assert document["pool_mlp_term"] == document["terms"][-1]["term"]
+
+
+def test_the_dla_map_rebuilds_the_logit_through_attention_pooling(pooling_model, photo):
+    """explain --method dla on the same model: its token parts per block are attribute's head terms summed over
+    heads, and with the pool MLP's term the whole rebuilds the model's own logit."""
+    from vitcli.experiments.attribution import attribute
+    from vitcli.experiments.dla import direct_decomposition
+
+    prepared = pooling_model.prepare(photo)
+    own = own_forward(pooling_model, prepared)
+    decomposition = direct_decomposition(pooling_model, prepared, 17)
+    by_head = attribute(pooling_model, prepared, 17, None, "head")
+    assert abs(decomposition.reconstruction - float(own["logits"][17])) < TOLERANCE
+    assert decomposition.pool_mlp == pytest.approx(by_head.pool_mlp, abs=1e-9)
+    assert decomposition.token_parts.sum(axis=1) == pytest.approx(by_head.head_terms.sum(axis=1), abs=1e-8)

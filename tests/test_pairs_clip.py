@@ -34,6 +34,7 @@ PAIRS = [
     ("explain --method rollout", ["explain", "{image}", "--method", "rollout"]),
     ("explain --method relevance", ["explain", "{image}", "--method", "relevance"]),
     ("explain --method grad-rollout", ["explain", "{image}", "--method", "grad-rollout"]),
+    ("explain --method dla", ["explain", "{image}", "--method", "dla"]),
     ("lens", ["lens", "{image}"]),
     ("attribute", ["attribute", "{image}", "--by", "block"]),
     ("attribute --by head", ["attribute", "{image}", "--by", "head"]),

@@ -43,7 +43,7 @@ COMMANDS = [
     ("explain", ["explain", "{image}", "--method", "gradcam", "--faithfulness"]),
     *(
         (f"explain --method {method}", ["explain", "{image}", "--method", method])
-        for method in ("attention", "rollout", "relevance", "grad-rollout")
+        for method in ("attention", "rollout", "relevance", "grad-rollout", "dla")
     ),
     ("lens", ["lens", "{image}"]),
     ("attribute", ["attribute", "{image}", "--by", "block"]),

@@ -143,6 +143,7 @@ PAIRS = [
     ("explain --method attention", ["explain", "--method", "attention", "{target}"]),
     ("explain --method rollout", ["explain", "--method", "rollout", "--method", "relevance", "{target}"]),
     ("explain --method grad-rollout", ["explain", "--method", "grad-rollout", "{target}"]),
+    ("explain --method dla", ["explain", "--method", "dla", "{target}"]),
     ("explain --method relevance", ["explain", "--faithfulness", "{target}"]),  # its default methods include these
     ("lens", ["lens"]),
     ("attribute", ["attribute", "--by", "block", "{target}"]),

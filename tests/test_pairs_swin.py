@@ -63,6 +63,7 @@ def pets(tmp_path_factory):
         ("explain --method rollout", ["explain", "--method", "rollout"]),
         ("explain --method relevance", ["explain", "--method", "relevance"]),
         ("explain --method grad-rollout", ["explain", "--method", "grad-rollout"]),
+        ("explain --method dla", ["explain", "--method", "dla"]),
         ("lens", ["lens"]),
         ("attribute", ["attribute", "--by", "block"]),
         ("attribute --by head", ["attribute", "--by", "head"]),

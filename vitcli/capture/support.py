@@ -18,6 +18,9 @@ from vitcli.capture.families import family_of
 from vitcli.capture.family import FEATURES, Family
 from vitcli.errors import UsageError
 
+# attribute --by token's parts of every head's term per source token; explain's dla map sums them.
+_TOKEN_PARTS = {"class_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"}
+
 # Each command, or a command with the option that makes it read more of the model, -> the features it needs.
 COMMAND_NEEDS: dict[str, frozenset[str]] = {
     key: frozenset(needs)
@@ -38,11 +41,12 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method rollout": {"class_head", "pattern", "plain_rows"},
         "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
+        "explain --method dla": _TOKEN_PARTS,
         "lens": {"class_head", "plain_rows", "cls_token", "plain_pooling"},  # the CLS and patch-mean readouts
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
         "attribute": {"class_head", "replace", "pooling_readout"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "pooling_readout"},
-        "attribute --by token": {"class_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"},
+        "attribute --by token": _TOKEN_PARTS,
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
         # Its closed form counts attention over one token grid in every block (not windows on merged grids).

@@ -56,6 +56,7 @@ DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 _FAITHFULNESS = "Faithfulness options"
 GRADIENT_METHODS = ("relevance", "grad-rollout", "gradcam", "ig", "smoothgrad", "gradient")
+CONTRAST_METHODS = (*GRADIENT_METHODS, "dla")  # the maps of a logit difference (occlusion's is a probability)
 
 
 class Method(StrEnum):
@@ -68,6 +69,7 @@ class Method(StrEnum):
     ig = "ig"
     smoothgrad = "smoothgrad"
     gradient = "gradient"
+    dla = "dla"
 
 
 def resolve_target_text(architecture: Any, text: str | None) -> int | None:
@@ -340,8 +342,10 @@ def explain_jobs(
         None if masks is None else Path(masks), robustness, radius, road, sanity, sanity_seed, sanity_threshold
     )
     check_audit_options(audits)
-    if contrast is not None and not set(GRADIENT_METHODS) & set(methods):
-        raise UsageError(f"--contrast applies to the gradient methods: add one of {', '.join(GRADIENT_METHODS)}")
+    if contrast is not None and not set(CONTRAST_METHODS) & set(methods):
+        raise UsageError(
+            f"--contrast applies to the gradient methods and dla: add one of {', '.join(CONTRAST_METHODS)}"
+        )
     return [
         ExplainJob(
             methods,
@@ -378,7 +382,8 @@ def explain_command(
             "-M",
             help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
             "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch), ig (Integrated "
-            "Gradients), smoothgrad, gradient (gradient x input); repeatable. "
+            "Gradients), smoothgrad, gradient (gradient x input), dla (each patch's direct contribution through "
+            "every block's attention heads, attribute --by token summed); repeatable. "
             f"Default: {', '.join(DEFAULT_METHODS)}.",
             show_default=False,
         ),

@@ -25,7 +25,7 @@ class Baseline(StrEnum):
 ContrastOption = Annotated[
     str | None,
     typer.Option(
-        help="A second class: the gradient methods explain logit(target) - logit(this class), "
+        help="A second class: the gradient methods and dla explain logit(target) - logit(this class), "
         "'why the target rather than this'.",
         show_default=False,
     ),

@@ -98,10 +98,7 @@ def attribute(
     sites = [f"blocks.{first}.hook_resid_pre", f"blocks.{depth}.hook_resid_post"]
     sites += [f"blocks.{b}.{name}" for b in blocks for name in ("attn.hook_z", "hook_attn_out", "hook_mlp_out")]
     if by == TOKEN:
-        if "explicit_forward" in model.family.features:
-            sites.append(f"blocks.{block}.ln1.hook_normalized")
-        else:
-            sites += [f"blocks.{block}.attn.hook_pattern", f"blocks.{block}.attn.hook_v"]
+        sites += token_sites(model, block)
     with torch.inference_mode(), caching(net, sites) as cache, output_of(model, embedding):
         logits = net(prepared.input[None].to(model.device))[0].float().cpu()
     cache = {site: activation[0].double().cpu() for site, activation in cache.items()}
@@ -245,6 +242,22 @@ def _terms(
 
 def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> list[Term]:
     """Each (head, source token) part of block `block`'s head terms."""
+    parts, _ = token_parts(model, cache, readout, block)
+    return [
+        Term(TOKEN, block, h + 1, j, float(parts[h, j])) for h in range(parts.shape[0]) for j in range(parts.shape[1])
+    ]
+
+
+def token_sites(model: VitModel, block: int) -> list[str]:
+    """The sites `token_parts` reads of one block, to capture in the forward."""
+    if "explicit_forward" in model.family.features:
+        return [f"blocks.{block}.ln1.hook_normalized"]
+    return [f"blocks.{block}.attn.hook_pattern", f"blocks.{block}.attn.hook_v"]
+
+
+def token_parts(model: VitModel, cache: dict[str, Tensor], readout: LinearReadout, block: int) -> tuple[Tensor, float]:
+    """Block `block`'s head terms split by source token, (heads, tokens) float64, and its attention bias's term
+    (what the block's attention adds beside its heads), from a forward that captured `token_sites`."""
     if "explicit_forward" in model.family.features:
         # The fused forward, as before: reading the pattern would run this block unfused (terms move by ~1e-9).
         weight = model.net.blocks[block - 1].attn.qkv.weight
@@ -255,9 +268,6 @@ def _token_terms(model: VitModel, cache: dict[str, Tensor], readout: LinearReado
     else:
         attention = cache[f"blocks.{block}.attn.hook_pattern"]  # (heads, rows, sources)
         v = cache[f"blocks.{block}.attn.hook_v"]  # (sources, heads, head_dim)
-    per_head, _ = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
+    per_head, bias = _readout_vectors(model, block, readout)  # (rows, heads, head_dim)
     # part[h, j] = sum over rows r of A_h[r, j] (v_j,h . per_head[r, h]): source j's value as row r reads it
-    parts = torch.einsum("hrj,jhd,rhd->hj", attention, v, per_head)
-    return [
-        Term(TOKEN, block, h + 1, j, float(parts[h, j])) for h in range(parts.shape[0]) for j in range(parts.shape[1])
-    ]
+    return torch.einsum("hrj,jhd,rhd->hj", attention, v, per_head), bias

@@ -1,5 +1,6 @@
 """Explanation maps for one target class on the patch grid: gradient relevance, grad-rollout, Grad-CAM, attention,
-rollout and occlusion, optionally scored by deletion and insertion curves.
+rollout, occlusion, the pixel-gradient methods and the direct contributions (dla), optionally scored by deletion
+and insertion curves.
 
 The gradient methods share one forward and one backward of the target logit (not its probability) through the
 model's own modules: the capture layer keeps the attention probabilities of every block (attn.hook_pattern: the
@@ -26,6 +27,7 @@ from vitcli.capture import block_site, caching_with_gradients, pattern_site
 from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.attention import patch_map, require_attention
+from vitcli.experiments.dla import DirectDecomposition, direct_decomposition, dla_definition, dla_map
 from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
@@ -37,10 +39,10 @@ from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 from vitcli.targets import BoundTarget, EmbeddingScore, output_of, score_of
 
-METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion", *PIXEL_METHODS)
+METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion", *PIXEL_METHODS, "dla")
 ATTENTION_METHODS = frozenset({"relevance", "grad-rollout", "attention", "rollout"})
 GRADIENT_METHODS = frozenset({"relevance", "grad-rollout", "gradcam"})  # from the one hooked backward
-CONTRASTIVE_METHODS = GRADIENT_METHODS | set(PIXEL_METHODS)
+CONTRASTIVE_METHODS = GRADIENT_METHODS | set(PIXEL_METHODS) | {"dla"}
 OUTPUT_TOLERANCE = 1e-4  # largest |logits under the hooks - the model's own eval forward| allowed
 
 
@@ -54,6 +56,7 @@ class MethodMap:
     unit: str
     definition: str  # what was computed, with its parameters
     attribution: PixelAttribution | None = None  # the pixel methods' raw attribution and signed patch sums
+    decomposition: DirectDecomposition | None = None  # dla's parts of every token and the rest of the metric
 
 
 @dataclass
@@ -69,7 +72,7 @@ class Explanation:
     maps: list[MethodMap]
     output_difference: float | None  # max |logits under the hooks - eval forward|; None when no hooked pass ran
     faithfulness: Faithfulness | None = None
-    contrast: ClassProbability | None = None  # the gradient methods explain logit(target) - logit(contrast)
+    contrast: ClassProbability | None = None  # the gradient methods and dla explain logit(target) - logit(contrast)
     audits: Any = None  # explain_audits.Audits when any audit ran: localisation, robustness, ROAD, sanity
 
 
@@ -248,7 +251,8 @@ def explain(
     """Each method's raw map for the target class (default the clean top-1), and optionally their curves.
 
     clean_logits: the model's eval forward of the image, when the caller has it (else it runs here).
-    contrast: a class whose logit the gradient methods subtract from the target's ("why target rather than this").
+    contrast: a class whose logit the gradient methods and dla subtract from the target's ("why target rather than
+    this").
     embedding: an embedding target, explained instead of a class (`target` and `contrast` are then None).
     """
     methods = check_methods(methods)
@@ -411,6 +415,10 @@ def method_maps(
                 model, prepared, method, target_index, contrast, settings.gradients, on_progress
             )
             maps.append(MethodMap(method, values, unit, definition, attribution))
+        elif method == "dla":
+            decomposition = direct_decomposition(model, prepared, target_index, contrast)
+            values = dla_map(model, decomposition)
+            maps.append(MethodMap(method, values, logit, dla_definition(logit), decomposition=decomposition))
         else:
             maps.append(MethodMap(method, *recipes[method]()))
     return maps, capture.output_difference if capture is not None else None

@@ -23,6 +23,7 @@ from vitcli.presentation.explain_audit import (
     audit_tables,
     audits_json,
     completeness_text,
+    decomposition_json,
 )
 from vitcli.render import weights_caption
 from vitcli.targets import EmbeddingScore
@@ -251,6 +252,7 @@ def _map_json(grid: PatchGrid, item: MethodMap, top: int) -> dict[str, Any]:
         "top": [{"patch": f"P{patch}", "value": value} for patch, value in top_patches(grid, item.values, top)],
         "values": [[None if np.isnan(value) else float(value) for value in line] for line in item.values],
         **attribution_json(item),
+        **decomposition_json(grid, item),
     }
 
 

@@ -1,5 +1,5 @@
-"""explain's raw arrays (.npy files next to the JSON), the pixel-gradient methods' extra numbers, and the audits
-(localisation, robustness, ROAD, sanity) as tables, JSON, summary columns and a ranking over images."""
+"""explain's raw arrays (.npy files next to the JSON), the pixel-gradient methods' and dla's extra numbers, and the
+audits (localisation, robustness, ROAD, sanity) as tables, JSON, summary columns and a ranking over images."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any
 import numpy as np
 from rich.table import Table
 
+from vitcli.experiments.attribution import RECONSTRUCTION_TOLERANCE
 from vitcli.experiments.explain import Explanation, MethodMap
 from vitcli.experiments.localisation import HIT_SHARE, Localisation
 from vitcli.experiments.road import Road
 from vitcli.experiments.robustness import Robustness
+from vitcli.grid import PatchGrid
 from vitcli.presentation import explain_sanity
 
 
@@ -82,14 +84,53 @@ def attribution_json(item: MethodMap) -> dict[str, Any]:
     return body
 
 
+def decomposition_json(grid: PatchGrid, item: MethodMap) -> dict[str, Any]:
+    """dla's identity: every token's parts per block and the other direct terms, which sum to the model's metric."""
+    parts = item.decomposition
+    if parts is None:
+        return {}
+    prefix = parts.token_parts[:, : grid.num_prefix].sum(axis=0)
+    return {
+        "decomposition": {
+            "what": "model_metric = sum of block_token_parts (blocks x tokens, prefix tokens first, then the patches "
+            "in order) + embedding + sum of attention_biases + sum of mlps + constant + pool_mlp (attention pooling's "
+            "MLP; 0 for CLS or mean pooling)",
+            "prefix_token_parts": {name: float(value) for name, value in zip(grid.prefix_names, prefix, strict=True)},
+            "patch_parts_sum": float(item.values.sum()),
+            "block_token_parts": parts.token_parts.tolist(),
+            "embedding": parts.embedding,
+            "attention_biases": parts.attention_biases.tolist(),
+            "mlps": parts.mlps.tolist(),
+            "constant": parts.constant,
+            "pool_mlp": parts.pool_mlp,
+            "reconstruction": parts.reconstruction,
+            "model_metric": parts.model_metric,
+            "abs_difference": parts.difference,
+            "tolerance": RECONSTRUCTION_TOLERANCE,
+        }
+    }
+
+
+def _identity_text(item: MethodMap) -> str:
+    parts = item.decomposition
+    patches, tokens = float(item.values.sum()), float(parts.token_parts.sum())
+    return (
+        f"{item.method}: patches {patches:.4g} + prefix tokens {tokens - patches:.4g} + embedding, attention biases, "
+        f"MLPs, constant and pool MLP {parts.reconstruction - tokens:.4g} = {parts.reconstruction:.6g} vs the model's "
+        f"{parts.model_metric:.6g} (|difference| {parts.difference:.2g})\n"
+    )
+
+
 def completeness_text(result: Explanation) -> str:
     checks = [(item.method, item.attribution.completeness) for item in result.maps if item.attribution is not None]
-    return "".join(
+    lines = [
         f"{method} completeness: sum of attributions {check.attribution_sum:.4g} vs {check.weight_total:.4g} x "
         f"(score {check.score:.4g} - baseline {check.baseline_score:.4g}), relative error {check.relative_error:.2g}\n"
         for method, check in checks
         if check is not None
-    )
+    ]
+    lines += [_identity_text(item) for item in result.maps if item.decomposition is not None]
+    return "".join(lines)
 
 
 # ----- audits: tables, JSON, summary
