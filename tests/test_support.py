@@ -55,7 +55,7 @@ def test_each_lacking_feature_is_named_and_only_a_class_head_is_replaced_by_a_ta
         assert refusal is not None and "\n" not in refusal
         assert f"`{command}` needs what some_model (some family) lacks: {LACKS[feature]}" in refusal
         with_target = support_refusal(command, model, has_embedding_target=True)
-        if feature == "class_head" and command.split(" ", 1)[0] in TARGET_COMMANDS:
+        if feature in ("class_head", "linear_head") and command.split(" ", 1)[0] in TARGET_COMMANDS:
             assert with_target is None
             assert "--target-image" in refusal
         else:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 TINY_CLIP = "vitcli-tiny-clip"
 TINY_SIGMOID = "vitcli-tiny-sigmoid"
+TINY_PROJECTED = "vitcli-tiny-timm-projected"  # a timm trunk whose pooled output open_clip projects again
 CONTEXT = 16
 
 _TEXT = {"context_length": CONTEXT, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}
@@ -37,6 +38,11 @@ CONFIGS = {
         },
         "text_cfg": {**_TEXT, "no_causal_mask": True, "proj_bias": True, "pool_type": "last"},
     },
+}
+CONFIGS[TINY_PROJECTED] = {
+    **CONFIGS[TINY_SIGMOID],
+    "embed_dim": 32,
+    "vision_cfg": {**CONFIGS[TINY_SIGMOID]["vision_cfg"], "timm_pool": "avg", "timm_proj": "linear"},
 }
 
 

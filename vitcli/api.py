@@ -17,6 +17,7 @@ import inspect
 import io
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,13 +64,15 @@ def load_model(
     seed: int = 0,
     checkpoint: str | Path | None = None,
     labels: str | Path | None = None,
+    templates: Sequence[str] = (),
     device: str = "auto",
     batch_size: int | None = None,
 ) -> VitModel:
-    """The model the commands' --model, --weights, --seed, --checkpoint, --labels, --device and --batch-size options
-    load; one load per process for the same arguments. weights: "pretrained" (the Hugging Face cache or hub, or
-    `checkpoint`) or "random" (seeded, untrained)."""
-    from vitcli.spec import WeightsSpec
+    """The model the commands' --model, --weights, --seed, --checkpoint, --labels, --template, --device and
+    --batch-size options load; one load per process for the same arguments. weights: "pretrained" (the Hugging Face
+    cache or hub, or `checkpoint`) or "random" (seeded, untrained). labels: a Path is a file; text is read as
+    --labels reads it (a comma-separated list, or a file)."""
+    from vitcli.spec import WeightsSpec, check_templates, parse_labels
 
     if not isinstance(name, str) or not name.strip():
         raise UsageError(f"name must be a timm model name such as {DEFAULT_MODEL!r}, not {name!r}")
@@ -82,12 +85,16 @@ def load_model(
     # --seed, --checkpoint, --labels and --batch-size as the command line converts and bounds them.
     given = {"seed": seed, "checkpoint": checkpoint, "labels": labels, "batch_size": batch_size}
     shared = _command_line_options("predict", {key: value for key, value in given.items() if value is not None})
+    labels_path, label_names = (labels, None) if isinstance(labels, Path) else parse_labels(shared.get("labels"))
+    check_templates(tuple(templates))
     spec = WeightsSpec(
         model_name=name,
         random=weights == "random",
         seed=shared.get("seed", 0),
         checkpoint=shared.get("checkpoint"),
-        labels=shared.get("labels"),
+        labels=labels_path,
+        label_names=label_names,
+        templates=tuple(templates),
     )
     from vitcli.loading import load_model as load
 

@@ -81,6 +81,11 @@ class CommandContext:
 
         model = load_model(self.spec, self.device, self.batch_size)
         collector.settle()
+        from vitcli.zero_shot import single_label_warning
+
+        warning = single_label_warning(model)
+        if warning is not None:
+            self.messages.warn(warning)
         return model
 
     @cached_property
@@ -105,7 +110,13 @@ class CommandContext:
     def model_folder(self) -> str:
         checkpoint = self.spec.checkpoint
         digest = file_sha256(checkpoint) if checkpoint is not None and checkpoint.is_file() else None
-        return model_folder(self.spec.model_name, self.spec.random, self.spec.seed, checkpoint, digest)
+        folder = model_folder(self.spec.model_name, self.spec.random, self.spec.seed, checkpoint, digest)
+        spec = self.spec
+        if (spec.labels or spec.label_names or spec.templates) and "text_tower" in self.architecture.features:
+            from vitcli.zero_shot import texts_key
+
+            folder += f"-texts-{texts_key(spec)}"  # zero-shot labels and templates change the model's outputs
+        return folder
 
     # ----- images and running
 

@@ -140,7 +140,10 @@ def describe(spec: WeightsSpec) -> Architecture:
         from vitcli.loading_towers import describe_tower
 
         return describe_tower(spec)
+    from vitcli.zero_shot import refuse_templates
+
     skeleton = require_vit(spec.model_name)
+    refuse_templates(spec)
     family = family_of(skeleton)
     num_classes = family.num_classes
     if not spec.random and spec.checkpoint is not None:
@@ -154,7 +157,10 @@ def architecture_from(name: str, family: Family, num_classes: int, labels: tuple
     checkpoint's head may have another number than the architecture's own, or none)."""
     from vitcli.capture.support import family_features
 
-    features = family_features(family) - {"class_head"} | ({"class_head"} if num_classes else set())
+    # A zero-shot head (vitcli.zero_shot) is a classifier head, but not one Linear layer.
+    linear = num_classes and not getattr(getattr(family.net, "head", None), "reads_texts", False)
+    features = family_features(family) - {"class_head", "linear_head"}
+    features |= ({"class_head"} if num_classes else set()) | ({"linear_head"} if linear else set())
     return Architecture(
         name=name,
         depth=len(family.blocks()),
@@ -258,8 +264,15 @@ def require_vit(name: str) -> torch.nn.Module:
 def class_names(spec: WeightsSpec, num_classes: int, pretrained_cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """From spec.labels, else `<checkpoint stem>.labels.txt` beside the checkpoint, else `labels.txt` in its folder,
     else timm's ImageNet names when the head has the pretrained config's classes, else "class N"."""
-    if num_classes == 0 and spec.labels is None:
+    if num_classes == 0 and spec.labels is None and spec.label_names is None:
         return ()  # a headless model has no classes to name, whatever labels files lie beside it
+    if spec.label_names is not None:
+        if len(spec.label_names) != num_classes:
+            raise UsageError(
+                f"--labels names {len(spec.label_names)} classes but {spec.model_name} has {num_classes}"
+                + ("" if num_classes else " (no classifier head; zero-shot labels need a model with a text tower)")
+            )
+        return spec.label_names
     path = _labels_file(spec)
     if path is not None:
         names = read_labels(path)

@@ -16,7 +16,6 @@ import functools
 import importlib
 import json
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -206,15 +205,19 @@ def _open_clip_skeleton(name: str) -> nn.Module:
     with _quiet_libraries(), torch.device("meta"):
         model = open_clip.create_model(model_name, pretrained=None, device="meta")
     visual = model.visual
-    if type(visual).__module__ != "open_clip.transformer" or type(visual).__name__ != "VisionTransformer":
-        raise UsageError(
-            f"open_clip:{model_name}'s image tower is a {type(visual).__name__}, not open_clip's VisionTransformer, "
-            "which vitcli takes apart"
-        )
     preprocess = dict(open_clip.get_model_preprocess_cfg(model))
     if tag is not None:  # a tag's own preprocessing (SigLIP's mean and std, ...) wins over the architecture's
         pretrained = open_clip.get_pretrained_cfg(model_name, tag)
         preprocess.update({key: pretrained[key] for key in preprocess if key in pretrained})
+    if type(visual).__name__ == "TimmModel":  # SigLIP's: a timm trunk (vitcli.loading_open_clip)
+        from vitcli.loading_open_clip import timm_trunk
+
+        return timm_trunk(visual, model_name, data_config(preprocess))
+    if type(visual).__module__ != "open_clip.transformer" or type(visual).__name__ != "VisionTransformer":
+        raise UsageError(
+            f"open_clip:{model_name}'s image tower is a {type(visual).__name__}, not open_clip's VisionTransformer "
+            "or a timm VisionTransformer (SigLIP's), which vitcli takes apart"
+        )
     tower = OpenClipTower(visual, data_config(preprocess))
     refusal = OpenClipFamily(tower).refusal()
     if refusal is not None:
@@ -259,20 +262,28 @@ def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
 
 
 def describe_tower(spec: WeightsSpec) -> Any:
-    """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models."""
+    """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models; with
+    labels, a model with a text tower is their zero-shot classifier (vitcli.zero_shot)."""
     from vitcli.capture import family_of
     from vitcli.loading import architecture_from
+    from vitcli.loading_open_clip import has_text
+    from vitcli.zero_shot import refuse_templates, spec_labels
 
     skeleton = tower_skeleton(spec.model_name)
     check_tower_spec(spec)
     family = family_of(skeleton)
+    text = has_text(spec, skeleton)
+    if not text:
+        refuse_templates(spec)
+    zero_shot = spec_labels(spec) if text else None
     fc1 = next(module for module in skeleton.blocks[0].mlp.modules() if isinstance(module, nn.Linear))
-    architecture = architecture_from(spec.model_name, family, family.num_classes, tower_labels(spec, skeleton))
-    features = architecture.features
-    if "text_tower" in features and not spec.random and spec.checkpoint is not None:
-        from vitcli.loading_open_clip import checkpoint_has_text
-
-        features = features if checkpoint_has_text(spec.checkpoint) else features - {"text_tower"}
+    if zero_shot is not None:
+        architecture = architecture_from(spec.model_name, family, len(zero_shot), zero_shot)
+    else:
+        architecture = architecture_from(spec.model_name, family, family.num_classes, tower_labels(spec, skeleton))
+    features = architecture.features if text else architecture.features - {"text_tower"}
+    if zero_shot is not None:
+        features -= {"linear_head"}  # the zero-shot head normalizes the embedding (vitcli.zero_shot)
     return dataclasses.replace(architecture, mlp_hidden=fc1.out_features, features=features)
 
 
@@ -282,21 +293,28 @@ def describe_tower(spec: WeightsSpec) -> Any:
 def load_tower(spec: WeightsSpec, device: torch.device, batch_size: int) -> Any:
     """The VitModel of an hf: or open_clip: spec (loading.load_model for these)."""
     from vitcli.model import VitModel
+    from vitcli.zero_shot import spec_labels
 
+    architecture = describe_tower(spec)  # every usage check, and the labels (zero-shot ones too)
     skeleton = tower_skeleton(spec.model_name)
-    check_tower_spec(spec)
-    labels = tower_labels(spec, skeleton)
+    labels = architecture.labels
     whole = None
     if spec.model_name.startswith(HF_PREFIX):
         tower = _load_hf(spec, skeleton)
     else:
-        tower, whole = _load_open_clip(spec, skeleton)
+        from vitcli.loading_open_clip import load_open_clip
+
+        tower, whole = load_open_clip(spec, skeleton)
     model = VitModel(tower, spec, device, batch_size)
     model.labels = list(labels)
     if whole is not None:
         from vitcli.loading_open_clip import attach_text_tower
 
         attach_text_tower(model, whole)
+    if model.text is not None and spec_labels(spec) is not None:
+        from vitcli.zero_shot import install
+
+        install(model, tuple(labels), model.text)
     return model
 
 
@@ -325,55 +343,3 @@ def _load_hf(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
                     f"(e.g. {missing[0]})"
                 )
     return HFTower(model, dict(skeleton.pretrained_cfg))
-
-
-def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> tuple[nn.Module, nn.Module | None]:
-    """The wrapped image tower and the whole open_clip model (whose text side becomes VitModel.text), None for the
-    latter when a checkpoint gave the image tower alone (the text side then has no weights)."""
-    from vitcli.capture.families.open_clip import OpenClipTower
-    from vitcli.loading_open_clip import load_open_clip_checkpoint
-
-    open_clip = _extra("open_clip", "clip", spec.model_name)
-    model_name, tag = _open_clip_name(spec.model_name)
-    with _quiet_libraries():
-        if spec.random or spec.checkpoint is not None:
-            torch.manual_seed(spec.seed)
-            model = open_clip.create_model(model_name, pretrained=None)
-        else:
-            _require_cached_or_reachable(spec.model_name, open_clip.get_pretrained_cfg(model_name, tag))
-            try:
-                model = open_clip.create_model(model_name, pretrained=tag)
-            except Exception as error:
-                raise VitcliError(
-                    f"could not load the weights of {spec.model_name} (--debug shows why); {OPEN_CLIP_WEIGHTS_HELP}"
-                ) from error
-    with_text = spec.random or spec.checkpoint is None or load_open_clip_checkpoint(model, spec)
-    provenance = {"tag": tag} if not spec.random and spec.checkpoint is None else {}
-    return OpenClipTower(model.visual, {**skeleton.pretrained_cfg, **provenance}), model if with_text else None
-
-
-def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:
-    """Refuse within seconds, in one line, a tag whose weights are neither in the Hugging Face cache nor downloadable
-    (offline, or the hub unreachable), as timm's pretrained weights are (loading._create_pretrained)."""
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    from vitcli.loading import _hub_connection_problem
-
-    model_id, filename = os.path.split(pretrained.get("hf_hub", ""))
-    if not model_id:
-        return  # a plain URL: open_clip's own download says what fails
-    stem = os.path.splitext(filename or "open_clip_pytorch_model.bin")[0]
-    candidates = (filename or "open_clip_pytorch_model.bin", f"{stem}.safetensors", "open_clip_model.safetensors")
-    if any(isinstance(try_to_load_from_cache(model_id, candidate), str) for candidate in candidates):
-        return
-    if constants.HF_HUB_OFFLINE:
-        raise VitcliError(
-            f"no weights for {name}: they are not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-            f"HF_HUB_OFFLINE=1 forbids downloading them; {OPEN_CLIP_WEIGHTS_HELP}"
-        )
-    problem = _hub_connection_problem(constants.ENDPOINT)
-    if problem is not None:
-        raise VitcliError(
-            f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} cannot be "
-            f"reached ({problem}); {OPEN_CLIP_WEIGHTS_HELP}"
-        )

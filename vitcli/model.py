@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import timm
 import torch
@@ -34,6 +34,9 @@ from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
 from vitcli.spec import WeightsSpec
 from vitcli.text_tower import TextTower
+
+if TYPE_CHECKING:
+    from vitcli.zero_shot import ZeroShot
 
 
 @dataclass
@@ -95,6 +98,8 @@ class VitModel:
         self._attention_refusal = _attention_refusal(net, spec.model_name)
         # The text side of an image-text model (open_clip's CLIP and SigLIP), set by its loader; None for the rest.
         self.text: TextTower | None = None
+        # With zero-shot labels (vitcli.zero_shot): the labels, templates and how probabilities are made.
+        self.zero_shot: ZeroShot | None = None
 
     # ----- facts about the architecture
 

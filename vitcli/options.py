@@ -75,11 +75,43 @@ SHARED_OPTIONS: list[tuple[str, Any, Any]] = [
     (
         "labels",
         Annotated[
-            Path | None,
+            str | None,
             _option(
                 "--labels",
-                help="Class names, one per line (default: CHECKPOINT.labels.txt or labels.txt beside the checkpoint, "
-                "else ImageNet's).",
+                metavar="NAMES|FILE",
+                help='Class names: a comma-separated list ("dog,cat,car") or a file, one per line (a value naming '
+                "a file, ending in .txt or holding a /). On open_clip models: zero-shot classes. Default: "
+                "CHECKPOINT.labels.txt or labels.txt beside the checkpoint, else ImageNet's.",
+                panel=MODEL_PANEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    (
+        "labels_file",
+        Annotated[
+            Path | None,
+            _option(
+                "--labels-file",
+                metavar="FILE",
+                help="Class names from a file, one per line (always a file, whatever its name).",
+                panel=MODEL_PANEL,
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    (
+        "template",
+        Annotated[
+            list[str] | None,
+            _option(
+                "--template",
+                metavar="TEXT",
+                help="A prompt template for zero-shot labels and text targets, {} standing for the label "
+                '("a photo of a {}."); repeat it to average several (CLIP\'s recipe). Default: the label alone. '
+                "Models with a text tower only.",
                 panel=MODEL_PANEL,
                 show_default=False,
             ),

@@ -26,7 +26,7 @@ from vitcli import allocator, collector, interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
-from vitcli.spec import WeightsSpec
+from vitcli.spec import WeightsSpec, check_templates, parse_labels
 from vitcli.store import check_output_dir
 
 
@@ -252,7 +252,9 @@ def build_context(
     *,
     model: str,
     checkpoint: Path | None,
-    labels: Path | None,
+    labels: str | None,
+    labels_file: Path | None,
+    template: list[str] | None,
     weights: Weights,
     seed: int | None,
     device: Any,
@@ -282,12 +284,19 @@ def build_context(
             f"; {source} weights are used and the seed changes nothing",
             file=sys.stderr,
         )
+    if labels is not None and labels_file is not None:
+        raise UsageError("--labels and --labels-file both name the classes: give one")
+    labels_path, label_names = parse_labels(labels)
+    templates = tuple(template or ())
+    check_templates(templates)
     spec = WeightsSpec(
         model_name=model,
         random=weights is Weights.random,
         seed=seed if seed is not None else 0,
         checkpoint=checkpoint,
-        labels=labels,
+        labels=labels_file if labels_file is not None else labels_path,
+        label_names=label_names,
+        templates=templates,
     )
     return CommandContext(
         command=command,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,7 +56,9 @@ class WeightsSpec:
     """Which network to build, where its weights come from and where its class names come from.
 
     labels: a text file with one class name per line (UTF-8); None looks beside the checkpoint, then uses timm's
-    ImageNet names when the head has their number of classes (see `vitcli.loading.class_names`).
+    ImageNet names when the head has their number of classes (see `vitcli.loading.class_names`). label_names: the
+    names given as a comma-separated list instead. On a model with a text tower either makes it a zero-shot
+    classifier of those labels.
     """
 
     model_name: str = DEFAULT_MODEL
@@ -63,6 +66,11 @@ class WeightsSpec:
     seed: int = 0
     checkpoint: Path | None = None
     labels: Path | None = None
+    # --labels "dog,cat,car": the names themselves (a list, not a file); on a model with a text tower, with `labels`'
+    # file's names, the zero-shot classes (vitcli.zero_shot).
+    label_names: tuple[str, ...] | None = None
+    # --template "a photo of a {}.": the texts a label or target text is put in (averaged, CLIP's recipe).
+    templates: tuple[str, ...] = ()
     # What a checkpoint vitcli wrote records about the weights it was made from (`vitcli probe`: the backbone's
     # model, weights, seed and parameter hash, and the probe's settings); filled by the loader from the file, never
     # given by users, and no part of the spec's identity.
@@ -93,3 +101,41 @@ class WeightsSpec:
             return None
         seed = backbone.get("untrained_seed")
         return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def parse_labels(value: str | None, option: str = "--labels") -> tuple[Path | None, tuple[str, ...] | None]:
+    """--labels: a file (a value naming an existing file, ending in .txt, or holding a path separator) or a
+    comma-separated list of names (surrounding spaces dropped). Returns (file, None) or (None, names)."""
+    if value is None:
+        return None, None
+    path = Path(value).expanduser()
+    if value.lower().endswith(".txt") or "/" in value or os.sep in value or _is_file(path):
+        return path, None
+    names = tuple(name.strip() for name in value.split(","))
+    if not any(names):
+        raise UsageError(f'{option} {value!r} names no labels: give comma-separated names ("dog,cat") or a file')
+    empty = [number for number, name in enumerate(names, start=1) if not name]
+    if empty:
+        raise UsageError(f"{option} {value!r}: name {empty[0]} of the list is empty; give comma-separated names")
+    repeated = next((name for index, name in enumerate(names) if name in names[:index]), None)
+    if repeated is not None:
+        raise UsageError(f"{option} names {repeated!r} twice; give each label once")
+    return None, names
+
+
+# Where a template puts the label, as CLIP's templates write it ("a photo of a {}.").
+PLACEHOLDER = "{}"
+
+
+def check_templates(templates: tuple[str, ...]) -> None:
+    """Each --template holds `{}` where the label goes."""
+    for template in templates:
+        if PLACEHOLDER not in template:
+            raise UsageError(f"--template {template!r} holds no {PLACEHOLDER} where the label goes")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for the file system is no file
+        return False

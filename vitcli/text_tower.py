@@ -16,11 +16,10 @@ import torch.nn.functional as F  # noqa: N812  (the usual name)
 from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
+from vitcli.spec import PLACEHOLDER
 
 # Texts per forward of the text tower.
 TEXT_BATCH = 64
-# The placeholder a template holds where the label goes, as CLIP's templates write it ("a photo of a {}.").
-PLACEHOLDER = "{}"
 
 
 class TextTower:

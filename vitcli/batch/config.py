@@ -37,6 +37,9 @@ MODEL_KEYS = {
     "name": "model",
     "checkpoint": "checkpoint",
     "labels": "labels",
+    "labels_file": "labels_file",
+    "template": "template",
+    "templates": "template",
     "weights": "weights",
     "seed": "seed",
     "device": "device",
@@ -129,10 +132,14 @@ def load_config(path: Path) -> RunConfig:
     model = _table(data, "model")
     _known(model, tuple(MODEL_KEYS), "model.", normalize=True)
     _one_spelling(model, "model")
+    if "template" in model and "templates" in model:
+        raise UsageError("model: `template` and `templates` are the same option: give it once")
     model_options = {MODEL_KEYS[_python_name(key)]: value for key, value in model.items()}
-    for key in ("checkpoint", "labels"):
+    for key in ("checkpoint", "labels_file"):
         if key in model_options:
             model_options[key] = str(base / _string(model_options[key], f"model.{key}"))
+    if "labels" in model_options:
+        model_options["labels"] = _labels(model_options["labels"], base)
     shared = _click_parameters("run")
     model_options = {key: _convert(shared[key], value, f"model.{key}") for key, value in model_options.items()}
     output = _table(data, "output")
@@ -257,6 +264,19 @@ def _known(table: dict[str, Any], keys: tuple[str, ...], prefix: str, normalize:
         name = _python_name(key) if normalize else key
         if name not in keys:
             raise UsageError(f"{prefix}{key}: unknown key (known: {', '.join(keys)})")
+
+
+def _labels(value: Any, base: Path) -> str:
+    """model.labels as --labels reads it: a file (relative to the config) or comma-separated names; a TOML list of
+    names is the same list."""
+    if isinstance(value, list):
+        if not value or not all(isinstance(item, str) and item.strip() and "," not in item for item in value):
+            raise UsageError("model.labels: a list must hold label names, none empty and none with a comma")
+        return ",".join(value)
+    text = _string(value, "model.labels")
+    if (base / text).is_file() or text.lower().endswith(".txt") or "/" in text or os.sep in text:
+        return str(base / text)
+    return text
 
 
 def _one_spelling(table: dict[str, Any], where: str) -> None:

@@ -61,6 +61,7 @@ FEATURES = {
     "explicit_forward": "a forward vitcli writes out by hand and checks against the module's own",
     "linear_patches": "patches embedded by one linear map of their pixels",
     "class_head": "a classifier head",
+    "linear_head": "a classifier head that is one Linear layer of the pooled embedding (not a zero-shot head)",
     "cls_token": "a class token (CLS) at row 0",
     "positions": "learned absolute position embeddings added to the patch rows",
     "plain_pooling": "a head that reads the CLS row or the mean of the final rows (no attention pooling)",

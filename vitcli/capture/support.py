@@ -19,7 +19,7 @@ from vitcli.capture.family import FEATURES, Family
 from vitcli.errors import UsageError
 
 # attribute --by token's parts of every head's term per source token; explain's dla map sums them.
-_TOKEN_PARTS = {"class_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"}
+_TOKEN_PARTS = {"class_head", "linear_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"}
 
 # Each command, or a command with the option that makes it read more of the model, -> the features it needs.
 COMMAND_NEEDS: dict[str, frozenset[str]] = {
@@ -34,24 +34,32 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "attend --pool": {"attention_pooling"},
         "occlude-quadrants": {"class_head"},
         "occlude-patches": {"class_head"},
-        "trace": {"class_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
-        "compare": {"class_head", "cls_token", "plain_rows"},
+        "trace": {"class_head", "linear_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
+        "compare": {"class_head", "linear_head", "cls_token", "plain_rows"},
         "explain": {"class_head"},  # the pixel-gradient methods, Grad-CAM and occlusion
         "explain --method attention": {"class_head", "pattern", "cls_token"},  # the CLS query's attention
         "explain --method rollout": {"class_head", "pattern", "plain_rows"},
         "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method dla": _TOKEN_PARTS,
-        "lens": {"class_head", "plain_rows", "cls_token", "plain_pooling"},  # the CLS and patch-mean readouts
+        # lens: the CLS and patch-mean readouts
+        "lens": {"class_head", "linear_head", "plain_rows", "cls_token", "plain_pooling"},
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
-        "attribute": {"class_head", "replace", "pooling_readout"},
-        "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "pooling_readout"},
+        "attribute": {"class_head", "linear_head", "replace", "pooling_readout"},
+        "attribute --by head": {"class_head", "linear_head", "plain_rows", "replace", "heads", "pooling_readout"},
         "attribute --by token": _TOKEN_PARTS,
         "ablate": {"class_head", "replace", "heads"},
         "patch": {"class_head", "replace", "plain_rows"},
         # Its closed form counts attention over one token grid in every block (not windows on merged grids).
         "compare-patch-size": {"linear_patches", "plain_rows", "plain_pooling", "timm_blocks"},
-        "compare-patch-size --adapt": {"class_head", "linear_patches", "plain_rows", "plain_pooling", "timm_blocks"},
+        "compare-patch-size --adapt": {
+            "class_head",
+            "linear_head",
+            "linear_patches",
+            "plain_rows",
+            "plain_pooling",
+            "timm_blocks",
+        },
         "probe": set(),  # the pooled embedding, which every family gives
         "explore": {"pattern", "plain_rows"},
         "explore --explain": {"class_head", "pattern", "plain_rows"},
@@ -82,6 +90,8 @@ LACKS = {
     "explicit_forward": "no forward vitcli can write out by hand",
     "linear_patches": "no patch embedding that is one linear map of the pixels",
     "class_head": "no classifier head (num_classes=0)",
+    "linear_head": "no classifier head that is one Linear layer (a zero-shot head normalizes the image embedding "
+    "before its label texts read it)",
     "cls_token": "no class token",
     "positions": "no learned absolute position embeddings",
     "plain_pooling": "no head reading the CLS row or the mean of the final rows (it pools by attention)",
@@ -123,6 +133,8 @@ def family_features(family: Family) -> frozenset[str]:
         told.add("attention_pooling")
     if "pattern" in family.features and family.pattern_in_forward:
         told.add("pattern_gradients")
+    if "class_head" in family.features and not getattr(getattr(family.net, "head", None), "reads_texts", False):
+        told.add("linear_head")  # a zero-shot head (vitcli.zero_shot) is not one Linear layer
     if getattr(family.net, "pairs_with_text", False):  # set by the loader of open_clip models (loading_towers)
         told.add("text_tower")
     return family.features | told
@@ -133,7 +145,7 @@ def missing_features(command: str, features: Collection[str], has_embedding_targ
     class head where the command takes one."""
     needs = set(COMMAND_NEEDS[command])
     if has_embedding_target and command.split(" ", 1)[0] in TARGET_COMMANDS:
-        needs.discard("class_head")
+        needs -= {"class_head", "linear_head"}
     return [feature for feature in FEATURES if feature in needs and feature not in features]
 
 
@@ -148,7 +160,7 @@ def support_refusal(command: str, model: Supported, has_embedding_target: bool =
     if model.family_refusal is not None and STRUCTURAL & set(missing):
         lacks += f" ({model.family_refusal})"
     message = f"`{command}` needs what {model.name} ({model.family}) lacks: {lacks}"
-    if "class_head" in missing and command.split(" ", 1)[0] in TARGET_COMMANDS:
+    if {"class_head", "linear_head"} & set(missing) and command.split(" ", 1)[0] in TARGET_COMMANDS:
         message += f"; give an embedding target ({TARGET_OPTIONS})"
     runs = supported_commands(model.features)
     if "class_head" in missing and runs:  # the usual case: a headless backbone, which still runs some commands

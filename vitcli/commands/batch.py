@@ -47,7 +47,7 @@ def run_command(
     if loaded.figures is not None:
         settings["figures"] = loaded.figures
     settings.update(context.explicit_options)
-    for key in ("checkpoint", "labels"):
+    for key in ("checkpoint", "labels_file"):
         if isinstance(settings[key], str):
             settings[key] = Path(settings[key])
     seed_name = "--seed" if "seed" in context.explicit_options else "model.seed"

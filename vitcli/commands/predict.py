@@ -33,7 +33,8 @@ class PredictJob(Job):
         from vitcli.experiments.predict import predict
 
         model = work.model
-        return predict(work.clean_logits(), model.labels, work.image.source, model.spec.label, self.top_k)
+        logits = work.clean_logits()
+        return predict(logits, model.labels, work.image.source, model.spec.label, self.top_k, model.zero_shot)
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import predict as view

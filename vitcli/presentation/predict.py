@@ -11,9 +11,17 @@ from vitcli.render import weights_caption
 
 
 def table(result: Prediction) -> Table:
-    return top_table(
-        result.top, f"{result.source.display_path}  top {len(result.top)}", weights_caption(result.weights)
-    )
+    title = f"{result.source.display_path}  top {len(result.top)}"
+    if result.zero_shot is not None:
+        title += f"  (zero-shot: {_meaning(result)})"
+    return top_table(result.top, title, weights_caption(result.weights))
+
+
+def _meaning(result: Prediction) -> str:
+    """What the probabilities are: a softmax over all classes, or a sigmoid per label."""
+    if result.probabilities == "sigmoid":
+        return "sigmoid per label"
+    return "softmax over the labels" if result.zero_shot is not None else "softmax over all classes"
 
 
 def top_table(scores: list[ClassScore], title: str, caption: str | None = None) -> Table:
@@ -40,7 +48,8 @@ def rows(result: Prediction) -> list[dict[str, Any]]:
 
 
 def document(result: Prediction) -> dict[str, Any]:
-    return {"weights": result.weights, "top": rows(result)}
+    zero_shot = {} if result.zero_shot is None else {"zero_shot": result.zero_shot}
+    return {"weights": result.weights, "probabilities": result.probabilities, **zero_shot, "top": rows(result)}
 
 
 def figure(result: Prediction) -> Any:
@@ -58,7 +67,7 @@ def figure(result: Prediction) -> Any:
     axes.set_xlim(0, min(1.0, top * 1.25) or 1.0)
     for position, score in zip(positions, scores, strict=True):
         axes.text(score.probability, position, f" {score.probability:.4f}", va="center", fontsize=8)
-    axes.set_xlabel("probability (softmax over all classes)")
+    axes.set_xlabel(f"probability ({_meaning(result)})")
     figures.title(fig, f"{result.source.display_name}: top {len(scores)} classes", result.weights)
     return fig
 

@@ -62,7 +62,8 @@ class OpenClipTower(nn.Module):
         self.pretrained_cfg = data_config
         self.patch_embed = PatchFacts(tuple(visual.image_size), tuple(visual.patch_size), visual.conv1)
         self.global_pool = {"tok": "token", "avg": "avg"}.get(visual.pool_type, visual.pool_type)
-        self.num_classes = 0
+        # A zero-shot head (vitcli.zero_shot) reading the image embedding, once labels make the tower a classifier.
+        self.classifier: nn.Module | None = None
         # The embedding as timm's ViT names its steps (patches and VitModel.trace read them): the class row and
         # the positions of every row, patch dropout, then ln_pre; a fixed grid.
         self.dynamic_img_size, self.no_embed_class = False, False
@@ -85,7 +86,11 @@ class OpenClipTower(nn.Module):
 
     @property
     def head(self) -> nn.Module:
-        return nn.Identity()
+        return nn.Identity() if self.classifier is None else self.classifier
+
+    @property
+    def num_classes(self) -> int:
+        return 0 if self.classifier is None else int(self.classifier.out_features)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -118,7 +123,11 @@ class OpenClipTower(nn.Module):
         return int(self.visual.output_dim) if self.visual.proj is not None else self.embed_dim
 
     def forward(self, inputs: Tensor) -> Tensor:
-        return self.visual(inputs)
+        return self.classify(self.visual(inputs))
+
+    def classify(self, embedding: Tensor) -> Tensor:
+        """The zero-shot logits of image embeddings, or the embeddings themselves without a classifier."""
+        return embedding if self.classifier is None else self.classifier(embedding)
 
     def forward_features(self, inputs: Tensor) -> Tensor:
         """Every row after the last block and `norm` (timm's forward_features)."""
@@ -186,6 +195,8 @@ class OpenClipFamily(Family):
         visual = self.net.visual
         if visual.attn_pool is None and not visual.final_ln_after_pool:
             self.model_sites = self.model_sites | {"ln_final.hook_normalized"}
+        if self.net.classifier is not None:
+            self.model_sites = self.model_sites | {"head.hook_in"}
 
     def refusal(self) -> str | None:
         visual = self.net.visual
@@ -209,7 +220,8 @@ class OpenClipFamily(Family):
     def features(self) -> frozenset[str]:
         if self.refusal() is not None:
             return frozenset({"plain_rows"})
-        return frozenset({"pattern", "heads", "replace", "plain_rows", "linear_patches", "positions"})
+        head = {"class_head"} if self.net.classifier is not None else set()
+        return frozenset({"pattern", "heads", "replace", "plain_rows", "linear_patches", "positions", *head})
 
     def blocks(self) -> list[nn.Module]:
         return list(self.net.blocks)
@@ -231,7 +243,7 @@ class OpenClipFamily(Family):
 
     @property
     def num_classes(self) -> int:
-        return 0
+        return self.net.num_classes
 
     @property
     def pooling(self) -> str:
@@ -241,12 +253,12 @@ class OpenClipFamily(Family):
         return self.net.visual._embeds(inputs)  # conv1, the class embedding, positions, patch dropout, ln_pre
 
     def pooled(self, inputs: Tensor) -> Tensor:
-        return self.net(inputs)
+        return self.net.visual(inputs)
 
     def run_from(self, number: int, rows: Tensor) -> Tensor:
         for block in self.blocks()[number - 1 :]:
             rows = block(rows)
-        return self.net.tail(rows)
+        return self.net.classify(self.net.tail(rows))
 
     def block_tap(self, block: nn.Module, place: BlockPlace, kind: str) -> Tap:
         attention = block.attn
@@ -284,6 +296,8 @@ class OpenClipFamily(Family):
             )
         if kind == "ln_final.hook_normalized":
             return Tap(visual.ln_post, "output")
+        if kind == "head.hook_in" and self.net.classifier is not None:
+            return Tap(self.net.classifier, "input")
         raise KeyError(kind)
 
     def describe(self) -> dict[str, Any]:
