@@ -180,16 +180,12 @@ def test_the_identity_holds_through_siglips_attention_pooling():
     the constant add up to open_clip's own image embedding."""
     import torch
 
-    from vitcli.errors import UsageError
     from vitcli.experiments.heads import embedding_parts
     from vitcli.loading import load_model
     from vitcli.spec import WeightsSpec
 
     register()
-    try:
-        model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_SIGMOID}", random=True, seed=1), "cpu")
-    except UsageError as error:  # open_clip towers around a timm trunk: issue 30's zero-shot part brings them
-        pytest.skip(f"this vitcli loads no open_clip SigLIP yet: {error}")
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_SIGMOID}", random=True, seed=1), "cpu")
     assert model.family.pooling == "map"
     inputs = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
