@@ -260,3 +260,21 @@ def test_a_text_longer_than_the_context_is_refused_in_one_line(cli, images, work
     assert result.exit_code == 2
     assert "is 17 tokens long, but the text tower of" in result.stderr and "reads at most 16" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_the_python_api_gives_the_commands_result(cli, images, bank, workdir):
+    import vitcli
+
+    register()
+    assert cli("heads", images, *CLIP, "--texts", bank, "--k", "2", *RANDOM_CPU).exit_code == 0
+    written = json.loads(
+        result_files(workdir / "outputs", "heads-b2-k2-t" + file_sha256(bank)[:10])["json"].read_text()
+    )
+    model = vitcli.load_model(f"open_clip:{TINY_CLIP}", weights="random", seed=0, device="cpu")
+    result = vitcli.heads(model, images, texts=str(bank), k=2)
+    assert result.to_dict()["result"]["heads"] == written["result"]["heads"]
+    frame = result.to_frame()
+    assert {"block", "head", "rank", "text", "share", "cumulative_share"} <= set(frame.columns)
+    assert len(frame) == sum(len(head["texts"]) for head in written["result"]["heads"])
+    with pytest.raises(vitcli.UsageError, match="heads needs a text bank"):
+        vitcli.heads(model, images)
