@@ -278,3 +278,20 @@ def test_the_python_api_gives_the_commands_result(cli, images, bank, workdir):
     assert len(frame) == sum(len(head["texts"]) for head in written["result"]["heads"])
     with pytest.raises(vitcli.UsageError, match="heads needs a text bank"):
         vitcli.heads(model, images)
+
+
+def test_unreadable_images_are_left_out_and_named(cli, images, bank, workdir):
+    register()
+    broken = workdir / "broken.png"
+    broken.write_text("not an image", encoding="utf-8")
+    result = cli("heads", images / "image0.png", images / "image1.png", broken, *CLIP, "--texts", bank, *RANDOM_CPU)
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(
+        result_files(workdir / "outputs", "heads-b2-k5-t" + file_sha256(bank)[:10])["json"].read_text()
+    )
+    assert len(document["result"]["images"]) == 2
+    (skipped,) = document["result"]["skipped"]
+    assert "broken.png" in skipped
+    alone = cli("heads", images / "image0.png", broken, *CLIP, "--texts", bank, *RANDOM_CPU)
+    assert alone.exit_code == 1
+    assert "1 image could be read: a head's variance over the images needs at least 2" in alone.stderr

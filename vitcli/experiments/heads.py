@@ -155,8 +155,8 @@ def describe_heads(
         sources.extend(image.source for image in batch)
         if progress is not None:
             progress(len(sources))
-    if not sources:
-        raise VitcliError("no image could be read: nothing to describe")
+    if len(sources) < 2:
+        raise VitcliError(f"{len(sources)} image could be read: a head's variance over the images needs at least 2")
     if not largest <= EMBEDDING_TOLERANCE:
         raise VitcliError(
             f"self-check failed: the heads' and the other components' direct contributions add up to the image "

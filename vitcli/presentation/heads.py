@@ -30,9 +30,8 @@ def table(result: HeadsResult) -> Group:
     facts.add_column("fact")
     facts.add_column("value")
     facts.add_row("texts", Text(f"{escaped_path(result.bank_path)}: {len(result.texts)} texts ({_embeddings(result)})"))
-    facts.add_row(
-        "images", f"{len(result.images)}" + (f" ({len(result.skipped)} unreadable, left out)" * bool(result.skipped))
-    )
+    left_out = f" ({len(result.skipped)} unreadable, left out)" if result.skipped else ""
+    facts.add_row("images", f"{len(result.images)}{left_out}")
     blocks = f"{result.blocks[0]} to {result.blocks[-1]}" if len(result.blocks) > 1 else str(result.blocks[0])
     facts.add_row("blocks", f"{blocks}, {result.heads_per_block} heads each")
     facts.add_row("decomposition", f"parts add up to the embedding within {result.largest_difference:.2g}")
