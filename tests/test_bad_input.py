@@ -25,6 +25,7 @@ from PIL import Image
 
 from vitcli.errors import VitcliError
 from vitcli.spec import WeightsSpec
+from vitcli.text_bank import read_text_bank
 
 BAD_INPUTS_MD = Path(__file__).with_name("BAD_INPUTS.md")
 MODEL = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
@@ -466,6 +467,19 @@ CASES: list[BadInput] = [
         lambda tmp: refusal(
             load_checkpoint_spec(two_class_checkpoint(tmp), labels_file(tmp, "l.txt", "cat\u2028dog\ntea\n".encode()))
         ),
+    ),
+    # heads' text bank
+    BadInput(
+        "a `heads --texts` bank of blank lines only",
+        ("--texts", "holds no text: write one text per line"),
+        2,
+        lambda tmp: refusal(lambda: read_text_bank(labels_file(tmp, "bank.txt", b"\n   \n\t\n"))),
+    ),
+    BadInput(
+        "a `heads --texts` bank in Latin-1 (not UTF-8)",
+        ("--texts", "is not UTF-8 text (at byte offset 5)", "save it as UTF-8"),
+        2,
+        lambda tmp: refusal(lambda: read_text_bank(labels_file(tmp, "bank.txt", "a caf\u00e9\n".encode("latin-1")))),
     ),
 ]
 

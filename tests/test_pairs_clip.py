@@ -45,6 +45,7 @@ PAIRS = [
     ("compare-patch-size --adapt", ["compare-patch-size", "--adapt", "{image}"]),
     ("probe", ["probe", "{folder}"]),
     ("explore", ["explore", "{image}"]),
+    ("heads", ["heads", "{folder}/dark", "--texts", "{folder}/bank.txt", "--k", "2"]),
     *[
         (f"anatomy --view {view}", ["anatomy", "{folder}/dark" if view == "cka" else "{image}", "--view", view])
         for view in ("filters", "positions", "distance", "cka", "pca", "norms")
@@ -54,12 +55,14 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
-    """An ImageFolder of two classes, four small images each, for probe (and the four images CKA needs)."""
+    """An ImageFolder of two classes, four small images each, for probe (and the four images CKA and heads need), and
+    a text bank for heads."""
     root = tmp_path_factory.mktemp("probe")
     for name, colour in (("dark", (40, 60, 80)), ("light", (220, 200, 180))):
         (root / name).mkdir()
         for index in range(4):
             Image.new("RGB", (64, 48), tuple(value + 10 * index for value in colour)).save(root / name / f"{index}.jpg")
+    (root / "bank.txt").write_text("a dog\na cat\na red car\n", encoding="utf-8")  # heads' texts (probe reads folders)
     return root
 
 

@@ -18,6 +18,7 @@ _API = (
     "attribute",
     "explain",
     "explore",
+    "heads",
     "lens",
     "load_model",
     "occlude_patches",

@@ -365,3 +365,24 @@ def anatomy(
     call = _call_text("anatomy", None, {"images": [str(item) for item in given], **options})
     results = {job.view.value: _compute_and_publish(job, model, None, call, paths) for job in jobs}  # type: ignore[attr-defined]
     return next(iter(results.values())) if single else results
+
+
+def heads(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
+    """`vitcli heads`: each head of the last blocks described by texts (TextSpan) over `images` (files, folders or
+    globs). Options: texts (the bank file, required), blocks, k. The bank's embeddings are computed on each call."""
+    from vitcli import cli  # noqa: F401  (registers the command's job builder)
+    from vitcli.commands.heads import heads_jobs
+    from vitcli.context import check_jobs
+    from vitcli.images import resolve_images
+
+    _check_model(model)
+    given = [images] if isinstance(images, (str, os.PathLike)) else list(images)
+    if not all(isinstance(item, (str, os.PathLike)) for item in given):
+        raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
+    paths = list(dict.fromkeys(resolve_images([str(item) for item in given])))
+    (job,) = heads_jobs(**_options("heads", heads_jobs, options))
+    check_jobs(architecture_of(model), [job])
+    job.check_images(len(paths))
+    job.check_texts(model)  # type: ignore[attr-defined]
+    call = _call_text("heads", None, {"images": [str(item) for item in given], **options})
+    return _compute_and_publish(job, model, None, call, paths)

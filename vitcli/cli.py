@@ -4,7 +4,7 @@
 # isort: off
 from vitcli.commands import predict, patches, attend, occlude, compare_patch_size  # noqa: F401
 from vitcli.commands import trace, compare, lens, explain, probe, explore  # noqa: F401
-from vitcli.commands import attribute, ablate, patch, anatomy  # noqa: F401
+from vitcli.commands import attribute, ablate, patch, anatomy, heads  # noqa: F401
 from vitcli.commands import batch, report  # noqa: F401
 
 # isort: on

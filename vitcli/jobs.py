@@ -114,6 +114,10 @@ class Job(ABC):
         """The typed result about the run's images together (jobs of scope "set")."""
         raise NotImplementedError(f"{self.command} does not compute over a set of images")
 
+    def attach(self, publisher: Any) -> None:  # noqa: B027  (most jobs keep nothing in the store)
+        """The run's publisher, before compute_set, for a job that keeps a cache in the output store (heads' text
+        embeddings)."""
+
     @abstractmethod
     def present(self, result: Any) -> Presentation:
         """The result as table, rows, JSON body, figure and summary."""

@@ -217,6 +217,7 @@ class Runner:
         subject_json = {"images": [escaped_path(path) for path in paths]}
         steps = ProgressSteps(progress)
         for job in jobs:
+            job.attach(self.publisher)
             compute = functools.partial(job.compute_set, self.model, list(paths), steps)
             self._compute_and_publish(job, compute, subject, subject_json, subject, report)
 

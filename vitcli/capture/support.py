@@ -42,13 +42,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
         "explain --method dla": _TOKEN_PARTS,
-        "lens": {
-            "class_head",
-            "linear_head",
-            "plain_rows",
-            "cls_token",
-            "plain_pooling",
-        },  # the CLS and patch-mean readouts
+        # lens: the CLS and patch-mean readouts
+        "lens": {"class_head", "linear_head", "plain_rows", "cls_token", "plain_pooling"},
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).
         "attribute": {"class_head", "replace", "pooling_readout"},
         "attribute --by head": {"class_head", "plain_rows", "replace", "heads", "pooling_readout"},
@@ -74,6 +69,8 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "anatomy --view cka": {"plain_rows"},
         "anatomy --view pca": {"plain_rows"},
         "anatomy --view norms": {"plain_rows"},
+        # Each head's direct contribution to the image embedding, described by the texts' embeddings.
+        "heads": {"text_tower", "heads", "plain_rows"},
     }.items()
 }
 

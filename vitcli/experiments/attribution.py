@@ -169,18 +169,25 @@ def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbabili
 def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:
     """For one block: each row's per-head readout vectors W_O,h^T (gamma * direction_r), (tokens, heads, head_dim),
     and the attention bias's term, (gamma * b_O) . sum of the row directions."""
+    weight, bias, scale = attention_output(model, block)
+    scaled = scale * readout.directions  # (tokens, width)
+    per_head = (scaled @ weight).unflatten(-1, (model.family.places()[block - 1].heads, -1))
+    return per_head, 0.0 if bias is None else float(scaled.sum(dim=0) @ bias)
+
+
+def attention_output(model: VitModel, block: int) -> tuple[Tensor, Tensor | None, Tensor | float]:
+    """Block `block`'s attention output projection, float64 on the CPU: W_O (width, heads x head_dim) whose input is
+    attn.hook_z, b_O (width,) or None, and the layer scale multiplying both before the residual adds them."""
     family = model.family
     module, place = family.blocks()[block - 1], family.places()[block - 1]
-    scaled = _attention_layer_scale(module) * readout.directions  # (tokens, width)
     attention = getattr(module, "attn", None)
     # timm's attn.proj (its attn.hook_z taps attn.norm's input), open_clip's nn.MultiheadAttention out_proj, else
     # transformers' Linear whose input the family taps as attn.hook_z (o_proj, out_proj).
     proj = getattr(attention, "proj", None) or getattr(attention, "out_proj", None)
     if proj is None:
         proj = family.block_tap(module, place, "attn.hook_z").module
-    per_head = (scaled @ proj.weight.detach().double().cpu()).unflatten(-1, (place.heads, -1))
-    bias = 0.0 if proj.bias is None else float(scaled.sum(dim=0) @ proj.bias.detach().double().cpu())
-    return per_head, bias
+    bias = None if proj.bias is None else proj.bias.detach().double().cpu()
+    return proj.weight.detach().double().cpu(), bias, _attention_layer_scale(module)
 
 
 def _attention_layer_scale(module: nn.Module) -> Tensor | float:
