@@ -214,7 +214,11 @@ def test_a_single_sigmoid_label_needs_no_warning(cli, newfoundland):
     assert result.exit_code == 0 and "warning" not in result.stderr
 
 
-def test_a_label_longer_than_the_context_is_refused_naming_the_limit(cli, newfoundland):
+def test_a_label_longer_than_the_context_is_refused_naming_the_limit(cli, newfoundland, monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("weights were loaded")
+
+    monkeypatch.setattr("vitcli.loading_towers.load_tower", refuse)  # refused before the weights load
     long_label = " ".join(["word"] * CONTEXT)
     code, line = refusal(cli, "predict", newfoundland, "--model", f"open_clip:{TINY_CLIP}", "--weights", "random",
                          "--labels", f"dog,{long_label}")  # fmt: skip
@@ -279,3 +283,26 @@ def test_a_config_label_list_with_a_comma_in_a_name_is_refused(cli, tmp_path, ne
     )
     code, line = refusal(cli, "run", config, newfoundland, "--weights", "random")
     assert code == 2 and line == "error: model.labels: a list must hold label names, none empty and none with a comma"
+
+
+def test_a_config_template_without_a_text_tower_names_no_experiment(cli, tmp_path, newfoundland):
+    config = tmp_path / "timm.toml"
+    config.write_text('[model]\ntemplate = "a {}."\n[[experiments]]\ncommand = "predict"\n', encoding="utf-8")
+    code, line = refusal(cli, "run", config, newfoundland, "--weights", "random")
+    assert code == 2 and line.startswith("error: --template needs a text tower, which vit_tiny_patch16_224")
+
+
+def test_a_label_reaches_the_table_as_text_not_markup(cli, newfoundland):
+    register()
+    result = cli("predict", newfoundland, "--model", f"open_clip:{TINY_CLIP}", "--weights", "random",
+                 "--labels", "[red]x,y")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "[red]x" in result.stdout
+
+
+def test_the_python_api_takes_labels_and_templates():
+    import vitcli
+
+    register()
+    model = vitcli.load_model(f"open_clip:{TINY_CLIP}", "random", labels="dog,cat", templates=["a {}."], device="cpu")
+    assert model.labels == ["dog", "cat"] and model.zero_shot.templates == ("a {}.",)

@@ -267,7 +267,7 @@ def describe_tower(spec: WeightsSpec) -> Any:
     from vitcli.capture import family_of
     from vitcli.loading import architecture_from
     from vitcli.loading_open_clip import has_text
-    from vitcli.zero_shot import refuse_templates, spec_labels
+    from vitcli.zero_shot import check_texts, refuse_templates, spec_labels
 
     skeleton = tower_skeleton(spec.model_name)
     check_tower_spec(spec)
@@ -276,6 +276,8 @@ def describe_tower(spec: WeightsSpec) -> Any:
     if not text:
         refuse_templates(spec)
     zero_shot = spec_labels(spec) if text else None
+    if zero_shot is not None:
+        check_texts(spec, zero_shot)
     fc1 = next(module for module in skeleton.blocks[0].mlp.modules() if isinstance(module, nn.Linear))
     if zero_shot is not None:
         architecture = architecture_from(spec.model_name, family, len(zero_shot), zero_shot)

@@ -8,6 +8,7 @@ label and target texts many times), on the model's device, and handed back as CP
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,29 +23,15 @@ from vitcli.spec import PLACEHOLDER
 TEXT_BATCH = 64
 
 
-class TextTower:
-    """Texts to unit embeddings; `kind`, `scale` and `bias` say how the model makes a logit of a cosine."""
+class TextLimits:
+    """What a tokenizer accepts: texts no longer than its context, start and end tokens included. Usable before the
+    weights load (the tokenizer and its context come with the model's name)."""
 
-    def __init__(
-        self,
-        encode_tokens: Callable[[Tensor], Tensor],
-        tokenizer: Callable[[], Any],
-        context_length: int,
-        scale: float,
-        bias: float | None,
-        device: torch.device,
-        name: str,
-    ):
-        self._encode_tokens = encode_tokens
+    def __init__(self, tokenizer: Callable[[], Any], context_length: int, name: str):
         self._tokenizer_factory = tokenizer
         self._tokenizer: Any = None
         self.context_length = int(context_length)
-        self.scale = float(scale)
-        self.bias = None if bias is None else float(bias)
-        self.kind = "softmax" if bias is None else "sigmoid"
-        self.device = device
         self.name = name  # the model, as refusals name it
-        self._cache: dict[str, Tensor] = {}
 
     @property
     def tokenizer(self) -> Any:
@@ -76,6 +63,36 @@ class TextTower:
                     f"{self.context_length} (start and end tokens included); shorten it"
                 )
 
+
+class TextTower:
+    """Texts to unit embeddings; `kind`, `scale` and `bias` say how the model makes a logit of a cosine."""
+
+    def __init__(
+        self,
+        encode_tokens: Callable[[Tensor], Tensor],
+        limits: TextLimits,
+        scale: float,
+        bias: float | None,
+        device: torch.device,
+    ):
+        self._encode_tokens = encode_tokens
+        self.limits = limits
+        self.context_length = limits.context_length
+        self.name = limits.name
+        self.scale = float(scale)
+        self.bias = None if bias is None else float(bias)
+        self.kind = "softmax" if bias is None else "sigmoid"
+        self.device = device
+        self._cache: dict[str, Tensor] = {}
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.limits.tokenizer
+
+    def check(self, texts: Sequence[str], option: str) -> None:
+        """Refuse (UsageError) an empty list, an empty text, or a text longer than the tokenizer's context."""
+        self.limits.check(texts, option)
+
     def encode(self, texts: Sequence[str]) -> Tensor:
         """(n, D) float32 unit vectors on the CPU, in the space of the image embedding (model.family.pooled)."""
         missing = list(dict.fromkeys(text for text in texts if text not in self._cache))
@@ -106,29 +123,40 @@ def fill(template: str, label: str) -> str:
     return template.replace(PLACEHOLDER, label)
 
 
-def open_clip_text_tower(model: nn.Module, model_name: str, device: torch.device) -> TextTower:
-    """The text tower of a loaded open_clip model (CLIP or CustomTextCLIP), with the model's own tokenizer."""
+def open_clip_text_limits(model_name: str) -> TextLimits:
+    """The tokenizer and context of open_clip model `model_name`, from its config alone (before any weights load)."""
     import open_clip
 
-    def tokenizer() -> Any:
-        try:
-            return open_clip.get_tokenizer(model_name)
-        except Exception as error:
-            raise VitcliError(
-                f"cannot build the tokenizer of open_clip:{model_name} ({first_line(error)}); open_clip fetches some "
-                "tokenizers (SigLIP's) from the Hugging Face hub: connect once so they land in its cache"
-            ) from error
+    config = open_clip.get_model_config(model_name) or {}
+    context = config.get("text_cfg", {}).get("context_length", 77)  # open_clip's default context
+    return TextLimits(functools.partial(_open_clip_tokenizer, model_name), context, f"open_clip:{model_name}")
 
+
+@functools.lru_cache(maxsize=4)
+def _open_clip_tokenizer(model_name: str) -> Any:
+    import open_clip
+
+    try:
+        return open_clip.get_tokenizer(model_name)
+    except Exception as error:
+        raise VitcliError(
+            f"cannot build the tokenizer of open_clip:{model_name} ({first_line(error)}); open_clip fetches some "
+            "tokenizers (SigLIP's) from the Hugging Face hub: connect once so they land in its cache"
+        ) from error
+
+
+def open_clip_text_tower(model: nn.Module, model_name: str, device: torch.device) -> TextTower:
+    """The text tower of a loaded open_clip model (CLIP or CustomTextCLIP), with the model's own tokenizer."""
     model.eval().to(device)
+    limits = open_clip_text_limits(model_name)
+    limits.context_length = int(model.context_length)  # the built model's own, which its config sets
     bias = getattr(model, "logit_bias", None)
     return TextTower(
         encode_tokens=model.encode_text,
-        tokenizer=tokenizer,
-        context_length=int(model.context_length),
+        limits=limits,
         scale=float(model.logit_scale.detach().exp().reshape(-1)[0]),
         bias=None if bias is None else float(bias.detach().reshape(-1)[0]),
         device=device,
-        name=f"open_clip:{model_name}",
     )
 
 

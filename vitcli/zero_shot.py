@@ -91,10 +91,19 @@ def spec_labels(spec: WeightsSpec) -> tuple[str, ...] | None:
     return read_labels(spec.labels)
 
 
+def check_texts(spec: WeightsSpec, labels: tuple[str, ...]) -> None:
+    """Before the weights load: every label in every template fits the tokenizer's context (exit 2 naming it)."""
+    from vitcli.loading_towers import _open_clip_name
+    from vitcli.text_tower import open_clip_text_limits
+
+    templates = spec.templates or (PLACEHOLDER,)
+    limits = open_clip_text_limits(_open_clip_name(spec.model_name)[0])
+    limits.check([fill(template, label) for label in labels for template in templates], "--labels")
+
+
 def install(model: Any, labels: tuple[str, ...], text: TextTower) -> None:
     """Make `model` (a VitModel with a text tower) a zero-shot classifier of `labels`, its head on its net."""
-    templates = model.spec.templates or (PLACEHOLDER,)
-    text.check([fill(template, label) for label in labels for template in templates], "--labels")
+    templates = model.spec.templates or (PLACEHOLDER,)  # their lengths were checked before loading (check_texts)
     head = ZeroShotHead(text.encode_labels(labels, templates), text.scale, text.bias).to(model.device)
     set_head(model.net, head)
     model.family = family_of(model.net)  # the family's sites and features now include the head

@@ -38,9 +38,12 @@ FEW_COLUMNS = 5  # beyond that, it shows the image and this many summary columns
 
 def check_experiments(context: CommandContext, config: RunConfig) -> None:
     """Every experiment's usage checks against the architecture, with the config key they came from."""
+    from vitcli.context import check_jobs
+
+    architecture = context.architecture  # the model options' own refusals (--template) come first, in no experiment
     for experiment in config.experiments:
         try:
-            context.check(experiment.jobs)
+            check_jobs(architecture, experiment.jobs)
         except UsageError as error:
             raise UsageError(located(experiment.path, str(error))) from error
 

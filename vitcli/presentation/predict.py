@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.predict import ClassScore, Prediction
 from vitcli.render import weights_caption
@@ -30,7 +31,8 @@ def top_table(scores: list[ClassScore], title: str, caption: str | None = None) 
     for column in ("rank", "class", "label", "probability", "logit"):
         top.add_column(column, justify="left" if column == "label" else "right")
     for score in scores:
-        top.add_row(str(score.rank), str(score.index), score.label, f"{score.probability:.6f}", f"{score.logit:.4f}")
+        label = Text(score.label)  # a user's text, never rich markup ("[red]" stays "[red]")
+        top.add_row(str(score.rank), str(score.index), label, f"{score.probability:.6f}", f"{score.logit:.4f}")
     return top
 
 
