@@ -350,3 +350,22 @@ def test_on_a_siglip_pair_the_text_score_is_its_scaled_cosine_and_ig_is_complete
     assert check.score == pytest.approx(score, abs=1e-5)
     assert check.baseline_score == pytest.approx(baseline_score, abs=1e-5)
     assert check.relative_error < 0.2
+
+
+def test_a_run_config_refuses_a_text_too_long_in_its_templates_once_not_per_image(cli, tmp_path, photo, tiny_clip):
+    """`vitcli run` binds its experiments' targets right after loading too: exit 2, one line."""
+    import json
+
+    from tiny_open_clip import TINY_CLIP
+
+    config = tmp_path / "texts.toml"
+    config.write_text(
+        f"images = [{json.dumps(str(photo))}, {json.dumps(str(photo))}]\n"
+        f'[model]\nname = "open_clip:{TINY_CLIP}"\nweights = "random"\n'
+        'templates = ["a blurry photo of a {} on a beach."]\n'
+        f'[[experiments]]\ncommand = "occlude-quadrants"\ntarget-text = "{" ".join(["dog"] * 10)}"\n',
+        encoding="utf-8",
+    )
+    refused = cli("run", config, "--no-figures", "--device", "cpu", "-o", tmp_path / "out")
+    assert refused.exit_code == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "reads at most 16" in refused.stderr, refused.stderr
