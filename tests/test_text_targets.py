@@ -243,7 +243,7 @@ def test_a_text_longer_than_the_tokenizers_context_is_refused_before_loading(cli
         refused = cli("explain", "--method", "gradient", photo, *option, *tiny_clip)
         assert refused.exit_code == 2, refused.stderr
         assert refused.stderr.count("\n") == 1
-        for fragment in (f"{option[-2]} is 22 tokens long", "reads at most 16", "shorten the text"):
+        for fragment in (f"{option[-2]}: 'dog dog", "is 22 tokens long", "reads at most 16", "shorten it"):
             assert fragment in refused.stderr, refused.stderr
 
 
@@ -309,15 +309,15 @@ def test_the_python_api_takes_text_targets(photo):
         api.occlude_quadrants(model, photo, target_text=" ".join(["dog"] * 20))
 
 
-def test_a_text_too_long_for_a_tokenizer_known_only_after_loading_exits_2(cli, photo, tiny_clip, monkeypatch):
-    """SigLIP's tokenizer may not be buildable before loading (not cached): the target is then bound once, right
-    after the weights load and before any image, so the refusal is still one line with exit 2."""
-    import vitcli.text_targets
-
-    monkeypatch.setattr(vitcli.text_targets, "token_counter", lambda name: None)
-    refused = cli("occlude-quadrants", photo, photo, "--target-text", " ".join(["dog"] * 20), *tiny_clip)
+def test_a_text_too_long_once_put_in_its_templates_exits_2_after_loading(cli, photo, tiny_clip):
+    """Before loading the text is checked as given; put in --template's templates it is checked once the weights
+    load, before any image: the refusal is still one line with exit 2, not a failure per image."""
+    text = " ".join(["dog"] * 10)  # 12 tokens of 16
+    template = ["--template", "a blurry photo of a {} on a beach."]
+    refused = cli("occlude-quadrants", photo, photo, "--target-text", text, *template, *tiny_clip)
     assert refused.exit_code == 2, refused.stderr
-    assert refused.stderr.count("\n") == 1 and "22 tokens long" in refused.stderr and "at most 16" in refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "--target-text: 'a blurry photo of a dog" in refused.stderr and "reads at most 16" in refused.stderr
 
 
 @pytest.mark.slow
@@ -350,3 +350,22 @@ def test_on_a_siglip_pair_the_text_score_is_its_scaled_cosine_and_ig_is_complete
     assert check.score == pytest.approx(score, abs=1e-5)
     assert check.baseline_score == pytest.approx(baseline_score, abs=1e-5)
     assert check.relative_error < 0.2
+
+
+def test_a_run_config_refuses_a_text_too_long_in_its_templates_once_not_per_image(cli, tmp_path, photo, tiny_clip):
+    """`vitcli run` binds its experiments' targets right after loading too: exit 2, one line."""
+    import json
+
+    from tiny_open_clip import TINY_CLIP
+
+    config = tmp_path / "texts.toml"
+    config.write_text(
+        f"images = [{json.dumps(str(photo))}, {json.dumps(str(photo))}]\n"
+        f'[model]\nname = "open_clip:{TINY_CLIP}"\nweights = "random"\n'
+        'templates = ["a blurry photo of a {} on a beach."]\n'
+        f'[[experiments]]\ncommand = "occlude-quadrants"\ntarget-text = "{" ".join(["dog"] * 10)}"\n',
+        encoding="utf-8",
+    )
+    refused = cli("run", config, "--no-figures", "--device", "cpu", "-o", tmp_path / "out")
+    assert refused.exit_code == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "reads at most 16" in refused.stderr, refused.stderr

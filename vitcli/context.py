@@ -167,15 +167,14 @@ class CommandContext:
     def run(self, jobs: Sequence[Job], arguments: Sequence[str] | None) -> Report:
         """The whole life of an image command: check, load once, run every job on every image, count, exit status."""
         from vitcli.runner import Report, Runner, progress_display
+        from vitcli.targets import bind_targets
 
         self.check(jobs)
         report = Report()
         paths = self.images(arguments, report)
         if paths:
             model = self.model()
-            for job in jobs:  # an embedding target bound once, before any image: a text its tokenizer refuses exits 2
-                if getattr(job, "embedding_target", None) is not None:
-                    job.bound_target(model)
+            bind_targets(jobs, model)
             runner = Runner(model, self.publisher(self.provenance(model)), self.fail_fast)
             with progress_display(self.show_progress(len(paths))) as progress:
                 runner.run(jobs, paths, report, progress)

@@ -298,6 +298,14 @@ def bind(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
     return BoundTarget(target, None)
 
 
+def bind_targets(jobs: Any, model: VitModel) -> None:
+    """Each job's embedding target bound once, right after the weights load and before any image: a text that its
+    templates make too long for the tokenizer is then refused in one line with exit 2, not once per image."""
+    for job in jobs:
+        if getattr(job, "embedding_target", None) is not None:
+            job.bound_target(model)
+
+
 def output_of(model: VitModel, target: Any) -> AbstractContextManager[None]:
     """The forward's output `target` reads: the pooled embedding for an embedding target, else the logits."""
     from vitcli.capture import pooled_output

@@ -3,8 +3,8 @@ text embedding (minus the same for U), read off the pooled embedding as every em
 
 On a CLIP model that is the zero-shot logit of T, computed as open_clip's own `model(image, text)` does. The options
 are checked before any weights load: the model needs a text tower (capture.family FEATURES "text_tower"), the texts
-must not be empty and must fit the tokenizer's context (open_clip's model config names it, and CLIP's tokenizer
-ships with open_clip). Only `bind_text` needs the loaded model (its TextTower, vitcli.text_tower).
+must not be empty and must fit the tokenizer's context (vitcli.text_tower.TextLimits, from the model's name). Only
+`bind_text` needs the loaded model (its TextTower).
 """
 
 from __future__ import annotations
@@ -41,43 +41,20 @@ def check_text_target(target: EmbeddingTarget, architecture: Any) -> None:
     """Refuse a text target on a model without a text tower, or a text longer than its tokenizer's context, before
     any weights load."""
     from vitcli.capture.support import TEXT_TOWER_FAMILIES
+    from vitcli.loading_towers import _open_clip_name
+    from vitcli.text_tower import open_clip_text_limits
 
     if "text_tower" not in architecture.features:
         raise UsageError(
             f"--target-text needs a model with a text tower, which {architecture.name} ({architecture.family}) lacks; "
             f"{TEXT_TOWER_FAMILIES} have one"
         )
-    texts = [("--target-text", target.text), ("--contrast-text", target.contrast_text)]
-    counted = token_counter(architecture.name)
-    if counted is None:
-        return  # no tokenizer without the weights' files (SigLIP's from the hub): the text tower checks after loading
-    count, context = counted
-    for option, text in texts:
-        if text is not None and count(text) > context:
-            raise UsageError(
-                f"{option} is {count(text)} tokens long: {architecture.name}'s text tower reads at most {context} "
-                "(its context length, start and end tokens included); shorten the text"
-            )
-
-
-def token_counter(model_name: str) -> tuple[Any, int] | None:
-    """(how many tokens a text becomes, start and end included; the context length) of an open_clip model's
-    tokenizer, or None when its tokenizer cannot be built here (an HF tokenizer neither cached nor reachable)."""
-    import open_clip
-    from open_clip.tokenizer import SimpleTokenizer
-
-    name = model_name.removeprefix("open_clip:").partition("/")[0]
-    context = int(open_clip.get_model_config(name)["text_cfg"].get("context_length", 77))
-    try:
-        tokenizer = open_clip.get_tokenizer(name)
-    except Exception:  # transformers reports a tokenizer it cannot fetch with several exception types
-        return None
-    if isinstance(tokenizer, SimpleTokenizer):
-        return (lambda text: len(tokenizer.encode(text)) + 2), context
-    hf = getattr(tokenizer, "tokenizer", None)
-    if hf is None:
-        return None
-    return (lambda text: len(hf(tokenizer.clean_fn(text))["input_ids"])), context
+    # The texts as given; put in --template's templates (the model's spec, which this check does not see) they are
+    # checked again once the weights load, before any image (bind_text).
+    limits = open_clip_text_limits(_open_clip_name(architecture.name)[0])
+    for option, text in (("--target-text", target.text), ("--contrast-text", target.contrast_text)):
+        if text is not None:
+            limits.check([text], option)
 
 
 # ----- on the loaded model (torch from here on)

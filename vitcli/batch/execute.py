@@ -26,6 +26,7 @@ from vitcli.hashing import file_sha256
 from vitcli.naming import MODEL_SUBJECT, image_subject, safe_name, set_subject
 from vitcli.output import counted
 from vitcli.store import OutputStore
+from vitcli.targets import bind_targets
 
 if TYPE_CHECKING:
     from vitcli.context import CommandContext
@@ -78,6 +79,7 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
                 raise UsageError(located(experiment.path, str(error))) from error
     root = OutputStore(context.output_dir).folder(safe_name(config.name, "run"))
     model = context.model()
+    bind_targets(jobs, model)
     provenance = context.provenance(model)
     shard = f"{context.shard.index}/{context.shard.count}" if context.shard else None
     identity = config.identity({"model": model.name, "parameters_sha256": model.parameter_sha256})
