@@ -14,7 +14,6 @@ import json
 import pickle
 import re
 import socket
-import unicodedata
 import urllib.request
 import warnings
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import Tensor
 
 from vitcli.capture import BlockPlace, Family, family_of
+from vitcli.classes import class_names
 from vitcli.errors import UsageError, VitcliError
 from vitcli.grid import PatchGrid
 from vitcli.loading_towers import is_tower
@@ -250,73 +250,6 @@ def require_vit(name: str) -> torch.nn.Module:
             f"{name} embeds patches with {type(skeleton.patch_embed).__name__}, not one linear map of pixels"
         )
     return skeleton
-
-
-# ----- class names
-
-
-def class_names(spec: WeightsSpec, num_classes: int, pretrained_cfg: Mapping[str, Any]) -> tuple[str, ...]:
-    """From spec.labels, else `<checkpoint stem>.labels.txt` beside the checkpoint, else `labels.txt` in its folder,
-    else timm's ImageNet names when the head has the pretrained config's classes, else "class N"."""
-    if num_classes == 0 and spec.labels is None:
-        return ()  # a headless model has no classes to name, whatever labels files lie beside it
-    path = _labels_file(spec)
-    if path is not None:
-        names = read_labels(path)
-        if len(names) != num_classes:
-            counted = f"{len(names)} name" if len(names) == 1 else f"{len(names)} names"
-            raise VitcliError(
-                f"labels file {path} has {counted} but the model has {num_classes} classes (one name per line)"
-            )
-        return names
-    subset = timm.data.infer_imagenet_subset(dict(pretrained_cfg))
-    if subset is not None and num_classes == pretrained_cfg.get("num_classes"):
-        return _imagenet_names(subset)
-    return tuple(f"class {index}" for index in range(num_classes))
-
-
-def read_labels(path: Path) -> tuple[str, ...]:
-    """One class name per line (UTF-8, surrounding spaces dropped); blank lines at the end are ignored."""
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise VitcliError(f"labels file {path} is not UTF-8 text; save it as UTF-8, one name per line") from error
-    except OSError as error:
-        raise VitcliError(f"cannot read labels file {path}: {(error.strerror or str(error)).lower()}") from error
-    # Lines end at "\n" alone: str.splitlines would also cut at U+2028, U+0085 or U+001C inside a name, and the
-    # count of names would then not be the count of lines a person sees.
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    for number, line in enumerate(lines, start=1):
-        breaks = [char for char in line if unicodedata.category(char) in ("Cc", "Zl", "Zp") and char != "\t"]
-        if breaks:
-            raise VitcliError(
-                f"labels file {path}: line {number} holds a line break or control character "
-                f"(U+{ord(breaks[0]):04X}); give one name per line"
-            )
-    names = [line.strip() for line in lines]
-    while names and not names[-1]:
-        names.pop()
-    if "" in names:
-        raise VitcliError(f"labels file {path}: line {names.index('') + 1} is empty; give one name per line")
-    return tuple(names)
-
-
-def _labels_file(spec: WeightsSpec) -> Path | None:
-    if spec.labels is not None:
-        if not spec.labels.is_file():
-            raise VitcliError(f"labels file not found: {spec.labels}")
-        return spec.labels
-    if spec.checkpoint is not None and not spec.random:
-        checkpoint = spec.checkpoint
-        for candidate in (checkpoint.with_name(f"{checkpoint.stem}.labels.txt"), checkpoint.with_name("labels.txt")):
-            if candidate.is_file():
-                return candidate
-    return None
-
-
-@functools.lru_cache(maxsize=4)
-def _imagenet_names(subset: str) -> tuple[str, ...]:
-    return tuple(timm.data.ImageNetInfo(subset).label_descriptions())
 
 
 # ----- checkpoints

@@ -250,7 +250,7 @@ def check_tower_spec(spec: WeightsSpec) -> None:
 
 def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
     """A classifier's names: --labels, else the config's id2label; a model without a classifier has none."""
-    from vitcli.loading import class_names
+    from vitcli.classes import class_names
 
     if tower.num_classes == 0 or spec.labels is not None:
         return class_names(spec, tower.num_classes, {})

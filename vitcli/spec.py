@@ -55,7 +55,7 @@ class WeightsSpec:
     """Which network to build, where its weights come from and where its class names come from.
 
     labels: a text file with one class name per line (UTF-8); None looks beside the checkpoint, then uses timm's
-    ImageNet names when the head has their number of classes (see `vitcli.loading.class_names`).
+    ImageNet names when the head has their number of classes (see `vitcli.classes.class_names`).
     """
 
     model_name: str = DEFAULT_MODEL
