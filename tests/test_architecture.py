@@ -4,8 +4,9 @@ An arrow A -> B is any `import`/`from ... import` in module A that names module 
 level or inside a function (a function-level import still ties A to B; it only delays the cost). Imports under
 `if TYPE_CHECKING:` are not arrows: they never run, and they are how annotations name a type from a higher module.
 `from package import name` is an arrow to `package.name` when that is a module, else to the package. Importing
-`a.b` also runs `a/__init__.py`; those implicit arrows to parent packages are left out (vitcli's own `__init__`
-only imports the API lazily, on attribute access).
+`a.b` also runs `a/__init__.py` first; those arrows to a module's own enclosing packages are left out, implicit or
+written (`from vitcli import __version__` in vitcli.shell reads a name of a package that already ran). The modules
+`vitcli.job_registry` imports by name from its table (JOB_MODULES) are arrows too: a lazy import is still an import.
 
 docs/architecture.md describes the layers this test enforces.
 """
@@ -13,6 +14,8 @@ docs/architecture.md describes the layers this test enforces.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "vitcli"
@@ -70,8 +73,20 @@ def import_graph() -> dict[str, set[str]]:
                 base = ".".join(anchor + ([base] if base else []))
             for alias in node.names:
                 targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-        graph[name] = {target for target in targets if target in modules and target != name}
+        if name == "vitcli.job_registry":
+            targets.update(table_modules(path))
+        graph[name] = {
+            target for target in targets if target in modules and target != name and not name.startswith(target + ".")
+        }
     return graph
+
+
+def table_modules(path: Path) -> set[str]:
+    """The module paths in the registry's JOB_MODULES table, as `ast` reads the literal."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "JOB_MODULES" for t in node.targets):
+            return set(ast.literal_eval(node.value).values())
+    raise AssertionError(f"{path} has no JOB_MODULES table")
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -113,6 +128,36 @@ def in_cli_layer(module: str) -> bool:
     return any(module == layer or module.startswith(layer + ".") for layer in CLI_LAYER)
 
 
+# The arrows from the library into the CLI layer that remain, each with its reason; the test fails on any other, and
+# on a listed one that is gone (so this list only shrinks). They all have one cause: a command module holds both its
+# Jobs (library) and its Typer command with the option declarations (CLI). The library reaches them through one door,
+# vitcli.job_registry's table, and converts options through the command line's own click parameters (batch.config).
+# Moving each command's Job, builder and option types into a library module (issue 29 item 1) empties this list.
+REACHES_THROUGH_COMMAND_MODULES = {
+    *(
+        f"vitcli.job_registry -> vitcli.commands.{module}"
+        for module in (
+            "ablate",
+            "anatomy",
+            "attend",
+            "attribute",
+            "compare_patch_size",
+            "explain",
+            "explore",
+            "lens",
+            "occlude",
+            "patch",
+            "patches",
+            "predict",
+            "trace",
+        )
+    ),  # fmt: skip
+    "vitcli.api -> vitcli.commands.anatomy",  # anatomy's builder takes with_images, and check_image_count lives there
+    "vitcli.batch.config -> vitcli.shell",  # the app's click parameters convert options; reword_bad_value words them
+    "vitcli.batch.config -> vitcli.options",  # SHARED_NAMES: set in a config's [model]/[output], not per experiment
+}
+
+
 def back_edges(graph: dict[str, set[str]]) -> list[str]:
     """Arrows from the library up into the CLI layer."""
     return [
@@ -143,7 +188,33 @@ def test_no_import_cycles():
 
 def test_the_library_does_not_import_the_cli():
     found = back_edges(import_graph())
-    assert not found, "the library imports the CLI layer (" + ", ".join(CLI_LAYER) + "):\n" + "\n".join(found)
+    new = [edge for edge in found if edge not in REACHES_THROUGH_COMMAND_MODULES]
+    gone = sorted(REACHES_THROUGH_COMMAND_MODULES - set(found))
+    assert not new, "the library imports the CLI layer (" + ", ".join(CLI_LAYER) + "):\n" + "\n".join(new)
+    assert not gone, "no longer imported: remove from REACHES_THROUGH_COMMAND_MODULES:\n" + "\n".join(gone)
+
+
+def test_the_job_registry_lists_what_the_cli_registers():
+    """The table the API and `vitcli run` use names, for each command, the module that registers its builder."""
+    import vitcli.cli  # noqa: F401  (imports every command, registering its builder)
+    from vitcli.job_registry import JOB_MODULES
+    from vitcli.jobs import JOB_BUILDERS
+
+    assert sorted(JOB_MODULES) == sorted(JOB_BUILDERS)
+    assert {command: JOB_BUILDERS[command].__module__ for command in JOB_MODULES} == JOB_MODULES
+
+
+def test_the_api_finds_a_builder_without_importing_the_cli():
+    """No import side effect: a fresh process runs an experiment through the API without ever importing vitcli.cli."""
+    code = (
+        "import sys, vitcli; from vitcli.job_registry import job_builder; "
+        "from vitcli.api import _command_line_parameters; "
+        "jobs = job_builder('attend')(block=1, head=2, query='cls'); _command_line_parameters('attend'); "
+        "print(type(jobs[0]).__name__, 'vitcli.cli' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
 
 
 def test_the_cycle_finder_finds_cycles():

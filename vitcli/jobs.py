@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from torch import Tensor
 
-    from vitcli.loading import Architecture
+    from vitcli.architecture import Architecture
     from vitcli.model import PreparedImage, VitModel
 
 

@@ -260,8 +260,8 @@ def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
 
 def describe_tower(spec: WeightsSpec) -> Any:
     """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models."""
+    from vitcli.architecture import architecture_from
     from vitcli.capture import family_of
-    from vitcli.loading import architecture_from
 
     skeleton = tower_skeleton(spec.model_name)
     check_tower_spec(spec)
@@ -319,7 +319,7 @@ def _load_hf(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
 
 def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
     from vitcli.capture.families.open_clip import OpenClipTower
-    from vitcli.loading import _load_state, read_checkpoint
+    from vitcli.weights import load_state, read_checkpoint
 
     open_clip = _extra("open_clip", "clip", spec.model_name)
     model_name, tag = _open_clip_name(spec.model_name)
@@ -340,7 +340,7 @@ def _load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
         state = read_checkpoint(spec.checkpoint)
         if any(key.startswith("visual.") for key in state):  # the whole CLIP model: its image tower's part
             state = {key.removeprefix("visual."): value for key, value in state.items() if key.startswith("visual.")}
-        _load_state(visual, state, spec.checkpoint, spec.model_name)
+        load_state(visual, state, spec.checkpoint, spec.model_name)
     provenance = {"tag": tag} if not spec.random and spec.checkpoint is None else {}
     return OpenClipTower(visual, {**skeleton.pretrained_cfg, **provenance})
 
@@ -350,7 +350,7 @@ def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:
     (offline, or the hub unreachable), as timm's pretrained weights are (loading._create_pretrained)."""
     from huggingface_hub import constants, try_to_load_from_cache
 
-    from vitcli.loading import _hub_connection_problem
+    from vitcli.weights import hub_connection_problem
 
     model_id, filename = os.path.split(pretrained.get("hf_hub", ""))
     if not model_id:
@@ -364,7 +364,7 @@ def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:
             f"no weights for {name}: they are not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
             f"HF_HUB_OFFLINE=1 forbids downloading them; {OPEN_CLIP_WEIGHTS_HELP}"
         )
-    problem = _hub_connection_problem(constants.ENDPOINT)
+    problem = hub_connection_problem(constants.ENDPOINT)
     if problem is not None:
         raise VitcliError(
             f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} cannot be "

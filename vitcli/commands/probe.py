@@ -156,8 +156,8 @@ def _write_checkpoint(
 
     from safetensors.torch import save
 
-    from vitcli.loading import RECORD_KEY
     from vitcli.store import ResultFiles
+    from vitcli.weights import RECORD_KEY
 
     metadata = {"format": "pt", RECORD_KEY: json.dumps(record, sort_keys=True)}
     files = {"safetensors": save(state, metadata=metadata), "labels.txt": "\n".join(classes) + "\n"}
