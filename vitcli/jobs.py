@@ -162,7 +162,7 @@ class AcrossImages(Job):
 
 
 # Each image command registers how its own options (everything but the images and the shared options) become Jobs;
-# the command calls it, and so does `vitcli run` for each experiment table of a config.
+# the command calls it, and so do `vitcli run` and the API, which find its module in vitcli.job_registry's table.
 JOB_BUILDERS: dict[str, Callable[..., list[Job]]] = {}
 
 
