@@ -1,4 +1,4 @@
-"""The package's import graph, read from the code with `ast`: no import circles, and the library never imports the CLI.
+"""The package's import graph, read from the code with `ast`: no import circles, no new import of the CLI by the library.
 
 An arrow A -> B is any `import`/`from ... import` in module A that names module B and runs when A runs: at module
 level or inside a function (a function-level import still ties A to B; it only delays the cost). Imports under
@@ -151,7 +151,7 @@ REACHES_THROUGH_COMMAND_MODULES = {
             "predict",
             "trace",
         )
-    ),  # fmt: skip
+    ),
     "vitcli.api -> vitcli.commands.anatomy",  # anatomy's builder takes with_images, and check_image_count lives there
     "vitcli.batch.config -> vitcli.shell",  # the app's click parameters convert options; reword_bad_value words them
     "vitcli.batch.config -> vitcli.options",  # SHARED_NAMES: set in a config's [model]/[output], not per experiment
