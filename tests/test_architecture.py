@@ -1,4 +1,4 @@
-"""The package's import graph, read from the code with `ast`: no import circles, no new import of the CLI by the library.
+"""The package's import graph, read from the code with `ast`: no import circles, no new import of the CLI by the rest.
 
 An arrow A -> B is any `import`/`from ... import` in module A that names module B and runs when A runs: at module
 level or inside a function (a function-level import still ties A to B; it only delays the cost). Imports under
