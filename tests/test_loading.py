@@ -360,7 +360,7 @@ def test_cached_weights_load_while_the_hub_refuses_connections(tmp_path, vit):
 
 
 def test_the_hub_check_connects_where_the_hub_client_would(monkeypatch):
-    from vitcli.loading import _hub_connection_problem
+    from vitcli.weights import hub_connection_problem as _hub_connection_problem
 
     for name in [key for key in os.environ if "proxy" in key.lower()]:
         monkeypatch.delenv(name)

@@ -13,9 +13,10 @@ from PIL import Image
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.predict import predict
-from vitcli.loading import load_checkpoint, load_model
+from vitcli.loading import load_model
 from vitcli.model import VitModel, state_dict_sha256
 from vitcli.spec import WeightsSpec
+from vitcli.weights import load_checkpoint
 
 # float32 arithmetic through 12 blocks in a different order (explicit vs fused): differences stay far below this.
 FORWARD_TOLERANCE = 1e-4

@@ -1,7 +1,7 @@
 """vitcli as a Python library: load a model once, run any image experiment on it, get pandas, JSON and figures.
 
 Each experiment function takes the command's own options (dashes as underscores: `top_k=3`, `all_heads=True`) and
-builds the command's own Jobs (`vitcli.jobs.JOB_BUILDERS`, the code `vitcli attend ...` and `vitcli run` configs
+builds the command's own Jobs (`vitcli.job_registry.job_builder`, the code `vitcli attend ...` and `vitcli run` configs
 use), checks them against the loaded model before computing, and publishes the result through the commands'
 Publisher into memory instead of the output folder: `to_dict()` is the JSON file the command writes, `to_frame()` its
 CSV. Errors are vitcli.errors' typed errors (UsageError for a bad option, VitcliError for a bad image or weights
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     import pandas
     from matplotlib.figure import Figure
 
+    from vitcli.architecture import Architecture
     from vitcli.jobs import Job, Presentation
-    from vitcli.loading import Architecture
     from vitcli.model import VitModel
 
 # CSV columns of grid positions and indices: read back as floats when a row leaves them empty (the CLS token's row).
@@ -158,16 +158,16 @@ class Result:
 
 def run_experiment(command: str, model: VitModel, image: str | Path | None = None, **options: Any) -> Result:
     """Any registered experiment by its command name (`vitcli run`'s `command`), with the command's options."""
-    from vitcli import cli  # noqa: F401  (registers every command's job builder)
     from vitcli.context import check_jobs
-    from vitcli.jobs import JOB_BUILDERS
+    from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
 
     _check_model(model)
     if image is not None and not isinstance(image, (str, os.PathLike)):
         raise UsageError(f"image must be the path of an image file (a str or pathlib.Path), not {image!r}")
-    if not isinstance(command, str) or command not in JOB_BUILDERS:
-        raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(sorted(JOB_BUILDERS))})")
-    jobs = JOB_BUILDERS[command](**_options(command, JOB_BUILDERS[command], options))
+    if not isinstance(command, str) or command not in JOB_MODULES:
+        raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(job_commands())})")
+    builder = job_builder(command)
+    jobs = builder(**_options(command, builder, options))
     check_jobs(architecture_of(model), jobs)
     if len(jobs) != 1:
         raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
@@ -215,7 +215,6 @@ def _command_line_options(command: str, options: dict[str, Any]) -> dict[str, An
 
 @functools.cache
 def _command_line_parameters(command: str) -> dict[str, Any]:
-    from vitcli import cli  # noqa: F401  (registers every command)
     from vitcli.batch.config import _click_parameters
 
     return _click_parameters(command)
@@ -223,7 +222,7 @@ def _command_line_parameters(command: str) -> dict[str, Any]:
 
 def architecture_of(model: VitModel) -> Architecture:
     """The loaded model's own facts, for the jobs' checks (a model built in code may differ from its name's)."""
-    from vitcli.loading import architecture_from
+    from vitcli.architecture import architecture_from
 
     return architecture_from(model.name, model.family, model.num_classes, tuple(model.labels))
 
@@ -347,7 +346,6 @@ def anatomy(
     """`vitcli anatomy`: filters, positions (the weights alone), distance, cka, pca, norms (over `images`: files,
     folders or globs). Options: view (one name: a Result; a list or none: a dict of Results by view), norm_factor,
     pca_threshold, cka_minibatch. Each Result's to_frame() is the view's CSV."""
-    from vitcli import cli  # noqa: F401  (registers the command's job builder)
     from vitcli.commands.anatomy import anatomy_jobs, check_image_count
     from vitcli.context import check_jobs
     from vitcli.images import resolve_images
@@ -370,16 +368,16 @@ def anatomy(
 def heads(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
     """`vitcli heads`: each head of the last blocks described by texts (TextSpan) over `images` (files, folders or
     globs). Options: texts (the bank file, required), blocks, k. The bank's embeddings are computed on each call."""
-    from vitcli import cli  # noqa: F401  (registers the command's job builder)
-    from vitcli.commands.heads import heads_jobs
     from vitcli.context import check_jobs
     from vitcli.images import resolve_images
+    from vitcli.job_registry import job_builder
 
     _check_model(model)
     given = [images] if isinstance(images, (str, os.PathLike)) else list(images)
     if not all(isinstance(item, (str, os.PathLike)) for item in given):
         raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
     paths = list(dict.fromkeys(resolve_images([str(item) for item in given])))
+    heads_jobs = job_builder("heads")
     (job,) = heads_jobs(**_options("heads", heads_jobs, options))
     check_jobs(architecture_of(model), [job])
     job.check_images(len(paths))

@@ -24,7 +24,7 @@ from vitcli.spec import WeightsSpec
 from vitcli.store import OutputStore
 
 if TYPE_CHECKING:
-    from vitcli.loading import Architecture
+    from vitcli.architecture import Architecture
     from vitcli.model import VitModel
     from vitcli.runner import Publisher, Report
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from torch import Tensor
 
-    from vitcli.loading import Architecture
+    from vitcli.architecture import Architecture
     from vitcli.model import PreparedImage, VitModel
 
 
@@ -166,7 +166,7 @@ class AcrossImages(Job):
 
 
 # Each image command registers how its own options (everything but the images and the shared options) become Jobs;
-# the command calls it, and so does `vitcli run` for each experiment table of a config.
+# the command calls it, and so do `vitcli run` and the API, which find its module in vitcli.job_registry's table.
 JOB_BUILDERS: dict[str, Callable[..., list[Job]]] = {}
 
 

@@ -20,24 +20,24 @@ VISUAL_PREFIX = "visual."
 def load_open_clip_checkpoint(model: nn.Module, spec: WeightsSpec) -> bool:
     """Load --checkpoint into an open_clip model: the whole model's state dict (strictly), or its image tower's
     (keys with or without `visual.`). Returns whether the text side got weights too."""
-    from vitcli.loading import _load_state, read_checkpoint
+    from vitcli.weights import load_state, read_checkpoint
 
     assert spec.checkpoint is not None
     state = read_checkpoint(spec.checkpoint)
     if _has_text(state):
-        _load_state(model, state, spec.checkpoint, spec.model_name)
+        load_state(model, state, spec.checkpoint, spec.model_name)
         return True
     if any(key.startswith(VISUAL_PREFIX) for key in state):
         state = {key.removeprefix(VISUAL_PREFIX): value for key, value in state.items()}
-    _load_state(model.visual, state, spec.checkpoint, spec.model_name)
+    load_state(model.visual, state, spec.checkpoint, spec.model_name)
     return False
 
 
 def checkpoint_has_text(path: Path) -> bool:
     """Whether a checkpoint holds the text side of an open_clip model, from its header alone."""
-    from vitcli.loading import _read_state
+    from vitcli.weights import read_state
 
-    return _has_text(_read_state(path, values=False))
+    return _has_text(read_state(path, values=False))
 
 
 def _has_text(state: dict[str, Any]) -> bool:
@@ -49,11 +49,11 @@ def _has_text(state: dict[str, Any]) -> bool:
 
 def attach_text_tower(model: Any, whole: nn.Module | None) -> None:
     """model.text: the text tower of the whole open_clip model (None when a checkpoint gave the image tower alone)."""
-    from vitcli.loading_towers import _open_clip_name
     from vitcli.text_tower import open_clip_text_tower
+    from vitcli.tower_names import open_clip_name
 
     if whole is not None:
-        model.text = open_clip_text_tower(whole, _open_clip_name(model.name)[0], model.device)
+        model.text = open_clip_text_tower(whole, open_clip_name(model.name)[0], model.device)
 
 
 def has_text(spec: WeightsSpec, skeleton: nn.Module) -> bool:
@@ -106,11 +106,11 @@ def _dressed_trunk(trunk: nn.Module, data_config: dict[str, Any]) -> nn.Module:
 def load_open_clip(spec: WeightsSpec, skeleton: nn.Module) -> tuple[nn.Module, nn.Module | None]:
     """The wrapped image tower and the whole open_clip model (whose text side becomes VitModel.text), None for the
     latter when a checkpoint gave the image tower alone (the text side then has no weights)."""
-    from vitcli.loading_towers import OPEN_CLIP_WEIGHTS_HELP, _extra, _open_clip_name, _quiet_libraries
+    from vitcli.tower_names import OPEN_CLIP_WEIGHTS_HELP, extra_module, open_clip_name, quiet_libraries
 
-    open_clip = _extra("open_clip", "clip", spec.model_name)
-    model_name, tag = _open_clip_name(spec.model_name)
-    with _quiet_libraries():
+    open_clip = extra_module("open_clip", "clip", spec.model_name)
+    model_name, tag = open_clip_name(spec.model_name)
+    with quiet_libraries():
         if spec.random or spec.checkpoint is not None:
             torch.manual_seed(spec.seed)
             model = open_clip.create_model(model_name, pretrained=None)
@@ -132,8 +132,8 @@ def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:
     (offline, or the hub unreachable), as timm's pretrained weights are (loading._create_pretrained)."""
     from huggingface_hub import constants, try_to_load_from_cache
 
-    from vitcli.loading import _hub_connection_problem
-    from vitcli.loading_towers import OPEN_CLIP_WEIGHTS_HELP
+    from vitcli.tower_names import OPEN_CLIP_WEIGHTS_HELP
+    from vitcli.weights import hub_connection_problem
 
     model_id, filename = os.path.split(pretrained.get("hf_hub", ""))
     if not model_id:
@@ -147,7 +147,7 @@ def _require_cached_or_reachable(name: str, pretrained: dict[str, Any]) -> None:
             f"no weights for {name}: they are not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
             f"HF_HUB_OFFLINE=1 forbids downloading them; {OPEN_CLIP_WEIGHTS_HELP}"
         )
-    problem = _hub_connection_problem(constants.ENDPOINT)
+    problem = hub_connection_problem(constants.ENDPOINT)
     if problem is not None:
         raise VitcliError(
             f"no weights for {name}: they are not in the Hugging Face cache and {constants.ENDPOINT} cannot be "

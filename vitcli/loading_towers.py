@@ -9,14 +9,10 @@ pip command, before anything loads. The checks run on a meta-device skeleton, as
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import functools
-import importlib
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +21,13 @@ from torch import nn
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.spec import WeightsSpec
+from vitcli.tower_names import (
+    HF_PREFIX,
+    extra_module,
+    open_clip_name,
+    quiet_libraries,
+)
 
-HF_PREFIX, OPEN_CLIP_PREFIX = "hf:", "open_clip:"
 HF_CLASSES = ("ViTModel", "ViTForImageClassification", "Dinov2Model", "Dinov2WithRegistersModel", "CLIPVisionModel")
 # The class save_pretrained records in config.architectures, or, for configs without one, by model_type.
 HF_CLASS_OF_TYPE = {
@@ -43,43 +44,6 @@ HF_WEIGHT_FILES = (
 )
 # PIL's resampling filters by number, as transformers' preprocessor configs write them, in timm's names.
 PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-OPEN_CLIP_WEIGHTS_HELP = (
-    "connect to the internet once so open_clip can download them into the Hugging Face cache, "
-    "pass --checkpoint PATH (a state dict of the CLIP model or of its image tower), "
-    "or use --weights random --seed N for an untrained model"
-)
-
-
-def is_tower(name: str) -> bool:
-    """Whether a model name is one of these (hf:... or open_clip:...), not a timm name."""
-    return name.startswith((HF_PREFIX, OPEN_CLIP_PREFIX))
-
-
-def _extra(module: str, extra: str, name: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        package = {"hf": "Hugging Face transformers", "clip": "open_clip"}[extra]
-        raise UsageError(f"--model {name} needs {package}: pip install 'vitcli[{extra}]'") from error
-
-
-@contextlib.contextmanager
-def _quiet_libraries() -> Iterator[None]:
-    """Neither library's log lines ("No pretrained weights loaded", loading reports) nor transformers' progress bars
-    ("Loading weights") reach vitcli's stderr."""
-    import sys
-
-    hf_logging = getattr(sys.modules.get("transformers"), "logging", None)
-    bars = hf_logging is not None and hf_logging.is_progress_bar_enabled()
-    logging.disable(logging.WARNING)
-    if bars:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.disable(logging.NOTSET)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 # ----- skeletons (usage checks, before any weights load)
@@ -113,7 +77,7 @@ def _hf_class(name: str, config: Any) -> str:
 
 
 def _hf_config(name: str) -> tuple[Any, str]:
-    transformers = _extra("transformers", "hf", name)
+    transformers = extra_module("transformers", "hf", name)
     folder = _hf_folder(name)
     try:
         config = transformers.AutoConfig.from_pretrained(folder)
@@ -126,9 +90,9 @@ def _hf_config(name: str) -> tuple[Any, str]:
 def _hf_skeleton(name: str) -> nn.Module:
     from vitcli.capture.families.hf import HFTower, missing_modules
 
-    transformers = _extra("transformers", "hf", name)
+    transformers = extra_module("transformers", "hf", name)
     config, class_name = _hf_config(name)
-    with _quiet_libraries(), torch.device("meta"):
+    with quiet_libraries(), torch.device("meta"):
         model = getattr(transformers, class_name)._from_config(config, attn_implementation="eager")
     missing = missing_modules(model)
     if missing:
@@ -179,16 +143,11 @@ def hf_data_config(folder: Path, config: Any) -> dict[str, Any]:
     }
 
 
-def _open_clip_name(name: str) -> tuple[str, str | None]:
-    model_name, _, tag = name.removeprefix(OPEN_CLIP_PREFIX).partition("/")
-    return model_name, tag or None
-
-
 def _open_clip_skeleton(name: str) -> nn.Module:
     from vitcli.capture.families.open_clip import OpenClipFamily, OpenClipTower, data_config
 
-    open_clip = _extra("open_clip", "clip", name)
-    model_name, tag = _open_clip_name(name)
+    open_clip = extra_module("open_clip", "clip", name)
+    model_name, tag = open_clip_name(name)
     known = open_clip.list_models()
     if model_name not in known:
         close = difflib.get_close_matches(model_name, known, n=3, cutoff=0.6)
@@ -202,7 +161,7 @@ def _open_clip_skeleton(name: str) -> nn.Module:
     if tag is not None and tag not in tags:
         listed = f"its tags are {', '.join(tags)}" if tags else "it has none: use --checkpoint or --weights random"
         raise UsageError(f"unknown pretrained tag {tag!r} for open_clip:{model_name}; {listed}")
-    with _quiet_libraries(), torch.device("meta"):
+    with quiet_libraries(), torch.device("meta"):
         model = open_clip.create_model(model_name, pretrained=None, device="meta")
     visual = model.visual
     preprocess = dict(open_clip.get_model_preprocess_cfg(model))
@@ -243,8 +202,8 @@ def check_tower_spec(spec: WeightsSpec) -> None:
                 f"--model {name}: {folder} holds no weights ({' or '.join(HF_WEIGHT_FILES[::2])}); "
                 "save the model with save_pretrained, or use --weights random --seed N"
             )
-    elif spec.checkpoint is None and _open_clip_name(name)[1] is None:
-        model_name = _open_clip_name(name)[0]
+    elif spec.checkpoint is None and open_clip_name(name)[1] is None:
+        model_name = open_clip_name(name)[0]
         raise UsageError(
             f"--model {name} names no pretrained weights: write open_clip:{model_name}/TAG "
             "(`open_clip.list_pretrained_tags_by_model` lists them), pass --checkpoint PATH, or use --weights random"
@@ -253,7 +212,7 @@ def check_tower_spec(spec: WeightsSpec) -> None:
 
 def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
     """A classifier's names: --labels, else the config's id2label; a model without a classifier has none."""
-    from vitcli.loading import class_names
+    from vitcli.classes import class_names
 
     if tower.num_classes == 0 or spec.labels is not None:
         return class_names(spec, tower.num_classes, {})
@@ -264,8 +223,8 @@ def tower_labels(spec: WeightsSpec, tower: nn.Module) -> tuple[str, ...]:
 def describe_tower(spec: WeightsSpec) -> Any:
     """loading.describe for hf: and open_clip: models: the family's facts and features, as for timm's models; with
     labels, a model with a text tower is their zero-shot classifier (vitcli.zero_shot)."""
+    from vitcli.architecture import architecture_from
     from vitcli.capture import family_of
-    from vitcli.loading import architecture_from
     from vitcli.loading_open_clip import has_text
     from vitcli.zero_shot import check_texts, refuse_templates, spec_labels
 
@@ -323,11 +282,11 @@ def load_tower(spec: WeightsSpec, device: torch.device, batch_size: int) -> Any:
 def _load_hf(spec: WeightsSpec, skeleton: nn.Module) -> nn.Module:
     from vitcli.capture.families.hf import HFTower
 
-    transformers = _extra("transformers", "hf", spec.model_name)
+    transformers = extra_module("transformers", "hf", spec.model_name)
     config, class_name = _hf_config(spec.model_name)
     model_class = getattr(transformers, class_name)
     folder = _hf_folder(spec.model_name)
-    with _quiet_libraries():
+    with quiet_libraries():
         if spec.random:
             torch.manual_seed(spec.seed)
             model = model_class._from_config(config, attn_implementation="eager")

@@ -151,7 +151,7 @@ class VitModel:
     def labels(self) -> list[str]:
         """One name per class, by the loader's rule (labels files, ImageNet's names, "class N"); load_model fills it
         before the weights load, so a bad labels file fails early."""
-        from vitcli.loading import class_names
+        from vitcli.classes import class_names
 
         return list(class_names(self.spec, self.num_classes, self.net.pretrained_cfg))
 

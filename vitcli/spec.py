@@ -56,7 +56,7 @@ class WeightsSpec:
     """Which network to build, where its weights come from and where its class names come from.
 
     labels: a text file with one class name per line (UTF-8); None looks beside the checkpoint, then uses timm's
-    ImageNet names when the head has their number of classes (see `vitcli.loading.class_names`). label_names: the
+    ImageNet names when the head has their number of classes (see `vitcli.classes.class_names`). label_names: the
     names given as a comma-separated list instead. On a model with a text tower either makes it a zero-shot
     classifier of those labels.
     """

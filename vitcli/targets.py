@@ -169,7 +169,7 @@ def parse_embedding_target(
     if text is not None:
         from vitcli.text_targets import parse_text_target
 
-        return parse_text_target(text, contrast_text)
+        return EmbeddingTarget(TEXT, **parse_text_target(text, contrast_text))
     if feature is not None:
         if feature < 0:
             raise UsageError(
@@ -294,7 +294,7 @@ def bind(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
     if target.kind == TEXT:
         from vitcli.text_targets import bind_text
 
-        return bind_text(target, model)
+        return BoundTarget(*bind_text(target, model))
     return BoundTarget(target, None)
 
 

@@ -16,20 +16,21 @@ from typing import TYPE_CHECKING, Any
 from vitcli.errors import UsageError
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from vitcli.model import VitModel
-    from vitcli.targets import BoundTarget, EmbeddingTarget
+    from vitcli.targets import EmbeddingTarget
 
 
-def parse_text_target(text: str, contrast_text: str | None) -> EmbeddingTarget:
-    """The text target of --target-text and --contrast-text, refused when a text is empty or both are the same."""
-    from vitcli.targets import TEXT, EmbeddingTarget
-
+def parse_text_target(text: str, contrast_text: str | None) -> dict[str, Any]:
+    """The fields of the text target of --target-text and --contrast-text (vitcli.targets builds it), refused when a
+    text is empty or both are the same."""
     for option, value in (("--target-text", text), ("--contrast-text", contrast_text)):
         if value is not None and not value.strip():
             raise UsageError(f"{option} is empty: give a text, such as 'a photo of a dog'")
     if contrast_text is not None and contrast_text.strip() == text.strip():
         raise UsageError(f"--contrast-text {contrast_text!r} is the target text: its score would be 0; give another")
-    return EmbeddingTarget(TEXT, text=text, contrast_text=contrast_text, sha256=text_sha256(text, contrast_text))
+    return {"text": text, "contrast_text": contrast_text, "sha256": text_sha256(text, contrast_text)}
 
 
 def text_sha256(text: str, contrast_text: str | None) -> str:
@@ -41,8 +42,8 @@ def check_text_target(target: EmbeddingTarget, architecture: Any) -> None:
     """Refuse a text target on a model without a text tower, or a text longer than its tokenizer's context, before
     any weights load."""
     from vitcli.capture.support import TEXT_TOWER_FAMILIES
-    from vitcli.loading_towers import _open_clip_name
     from vitcli.text_tower import open_clip_text_limits
+    from vitcli.tower_names import open_clip_name
 
     if "text_tower" not in architecture.features:
         raise UsageError(
@@ -51,7 +52,7 @@ def check_text_target(target: EmbeddingTarget, architecture: Any) -> None:
         )
     # The texts as given; put in --template's templates (the model's spec, which this check does not see) they are
     # checked again once the weights load, before any image (bind_text).
-    limits = open_clip_text_limits(_open_clip_name(architecture.name)[0])
+    limits = open_clip_text_limits(open_clip_name(architecture.name)[0])
     for option, text in (("--target-text", target.text), ("--contrast-text", target.contrast_text)):
         if text is not None:
             limits.check([text], option)
@@ -60,14 +61,13 @@ def check_text_target(target: EmbeddingTarget, architecture: Any) -> None:
 # ----- on the loaded model (torch from here on)
 
 
-def bind_text(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
+def bind_text(target: EmbeddingTarget, model: VitModel) -> tuple[EmbeddingTarget, Tensor]:
     """The text target on a loaded model: T's (and U's) unit text embedding, computed once by its text tower (put in
     --template's templates and averaged as zero-shot labels are, when the model was given some), with the tower's
-    scale; the target it carries names the scale and the templates."""
+    scale: the target naming the scale and the templates, and its vector (vitcli.targets binds them)."""
     import dataclasses
 
     from vitcli.capture.support import TEXT_TOWER_FAMILIES
-    from vitcli.targets import BoundTarget
     from vitcli.text_tower import fill
 
     tower = model.text
@@ -80,4 +80,4 @@ def bind_text(target: EmbeddingTarget, model: VitModel) -> BoundTarget:
     embeddings = (tower.encode_labels(texts, templates) if templates else tower.encode(texts)).float().cpu()
     direction = embeddings[0] if len(texts) == 1 else embeddings[0] - embeddings[1]
     scale = float(tower.scale)
-    return BoundTarget(dataclasses.replace(target, scale=scale, templates=templates), scale * direction)
+    return dataclasses.replace(target, scale=scale, templates=templates), scale * direction

@@ -80,7 +80,7 @@ def refuse_templates(spec: WeightsSpec) -> None:
 
 def spec_labels(spec: WeightsSpec) -> tuple[str, ...] | None:
     """The labels a spec names (--labels list, or the file of --labels/--labels-file), or None."""
-    from vitcli.loading import read_labels
+    from vitcli.classes import read_labels
 
     if spec.label_names is not None:
         return spec.label_names
@@ -93,11 +93,11 @@ def spec_labels(spec: WeightsSpec) -> tuple[str, ...] | None:
 
 def check_texts(spec: WeightsSpec, labels: tuple[str, ...]) -> None:
     """Before the weights load: every label in every template fits the tokenizer's context (exit 2 naming it)."""
-    from vitcli.loading_towers import _open_clip_name
     from vitcli.text_tower import open_clip_text_limits
+    from vitcli.tower_names import open_clip_name
 
     templates = spec.templates or (PLACEHOLDER,)
-    limits = open_clip_text_limits(_open_clip_name(spec.model_name)[0])
+    limits = open_clip_text_limits(open_clip_name(spec.model_name)[0])
     limits.check([fill(template, label) for label in labels for template in templates], "--labels")
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from vitcli.errors import UsageError
-from vitcli.jobs import JOB_BUILDERS, Job
+from vitcli.job_registry import JOB_MODULES, import_command, job_builder, job_commands
+from vitcli.jobs import Job
 from vitcli.options import SHARED_NAMES
 
 TOP_LEVEL_KEYS = ("name", "images", "target", "model", "output", "experiments")
@@ -177,10 +178,10 @@ def _experiment(index: int, table: Any, target: str | None, base: Path) -> Exper
     if not isinstance(table, dict):
         raise UsageError(f"{where}: must be a table with a `command` key")
     command = table.get("command")
-    if not isinstance(command, str) or command not in JOB_BUILDERS:
-        known = ", ".join(sorted(JOB_BUILDERS))
+    if not isinstance(command, str) or command not in JOB_MODULES:
+        known = ", ".join(job_commands())
         raise UsageError(f"{where}.command: {command!r} is not an experiment vitcli can run (known: {known})")
-    builder = JOB_BUILDERS[command]
+    builder = job_builder(command)
     accepted = inspect.signature(builder).parameters
     parameters = _click_parameters(command)
     options: dict[str, Any] = {}
@@ -225,6 +226,7 @@ def _click_parameters(command: str) -> dict[str, Any]:
 
     from vitcli.shell import app
 
+    import_command(command)  # registers the command on the app, whoever imported what before
     click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
     context = click_command.context_class(click_command)
     for parameter in click_command.params:

@@ -23,7 +23,6 @@ block 6 before block 12); a command configured more than once prefixes its colum
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -179,36 +178,3 @@ def read_manifests(folder: Path, required: bool = True) -> list[tuple[Path, Mani
     if not found and required:
         raise UsageError(f"{folder} holds no manifest*.json: give the folder of a `vitcli run` (OUTPUT/RUN_NAME)")
     return [(path, read_manifest(path)) for path in found]
-
-
-def merge(manifests: list[tuple[Path, Manifest]], into: Path) -> Manifest:
-    """One manifest from runs of the same config and model; file paths rebased onto `into`."""
-    from vitcli.batch.views import check_mergeable, combined_config
-
-    check_mergeable([(path, manifest.identity, manifest.config, manifest.provenance) for path, manifest in manifests])
-    first = manifests[-1][1]
-    merged = Manifest(first.name, first.identity, first.config, first.provenance, None)
-    results: dict[tuple[str, str], dict[str, Any]] = {}
-    failures: list[dict[str, Any]] = []
-    for path, manifest in manifests:
-        for entry in manifest.results:
-            rebased = [os.path.relpath(path.parent / file, into) for file in entry["files"]]
-            results[entry["subject"], entry["experiment"]] = {**entry, "files": rebased}
-        failures.extend(manifest.failures)
-        merged.runs.extend(manifest.runs)
-        merged.result_names += [name for name in manifest.result_names if name not in merged.result_names]
-    merged.config = combined_config([manifest.config for _, manifest in manifests], into)
-    done = {(entry["image"], entry["experiment"]) for entry in results.values()}
-    images_done = {image for image, _ in done}
-    merged.failures = [
-        failure
-        for failure in failures
-        if (failure["image"], failure["experiment"]) not in done
-        and (failure["experiment"] is not None or failure["image"] not in images_done)
-    ]
-    merged.not_in_this_run = sorted(
-        {image for _, manifest in manifests for image in manifest.not_in_this_run} - images_done
-    )
-    order = result_order(list(results.values()), merged.result_names)
-    merged.results = sorted(results.values(), key=lambda entry: (entry["image"] or "", order[entry["experiment"]]))
-    return merged

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitcli.batch.manifest import Manifest, merge, read_manifests, result_order, stem, summary_frame
+from vitcli.batch.manifest import Manifest, read_manifests, result_order, stem, summary_frame
 from vitcli.batch.record import Record, read_record, record_files
 from vitcli.errors import UsageError
 from vitcli.output import json_text
@@ -146,6 +147,37 @@ def combined_config(configs: list[dict[str, Any]], into: Path) -> dict[str, Any]
     return combined
 
 
+def merge_manifests(manifests: list[tuple[Path, Manifest]], into: Path) -> Manifest:
+    """One manifest from runs of the same config and model; file paths rebased onto `into`."""
+    check_mergeable([(path, manifest.identity, manifest.config, manifest.provenance) for path, manifest in manifests])
+    first = manifests[-1][1]
+    merged = Manifest(first.name, first.identity, first.config, first.provenance, None)
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    failures: list[dict[str, Any]] = []
+    for path, manifest in manifests:
+        for entry in manifest.results:
+            rebased = [os.path.relpath(path.parent / file, into) for file in entry["files"]]
+            results[entry["subject"], entry["experiment"]] = {**entry, "files": rebased}
+        failures.extend(manifest.failures)
+        merged.runs.extend(manifest.runs)
+        merged.result_names += [name for name in manifest.result_names if name not in merged.result_names]
+    merged.config = combined_config([manifest.config for _, manifest in manifests], into)
+    done = {(entry["image"], entry["experiment"]) for entry in results.values()}
+    images_done = {image for image, _ in done}
+    merged.failures = [
+        failure
+        for failure in failures
+        if (failure["image"], failure["experiment"]) not in done
+        and (failure["experiment"] is not None or failure["image"] not in images_done)
+    ]
+    merged.not_in_this_run = sorted(
+        {image for _, manifest in manifests for image in manifest.not_in_this_run} - images_done
+    )
+    order = result_order(list(results.values()), merged.result_names)
+    merged.results = sorted(results.values(), key=lambda entry: (entry["image"] or "", order[entry["experiment"]]))
+    return merged
+
+
 def merge_runs(
     folders: list[Path],
     into: Path,
@@ -175,7 +207,7 @@ def merge_runs(
             manifests.append((folder / "manifest.json", record_view(record, None)))
         else:
             manifests += [(path, manifest) for path, manifest in listed[folder] if chosen in (None, manifest.identity)]
-    merged = merge(manifests, into)
+    merged = merge_manifests(manifests, into)
     merged.results = [entry for entry in merged.results if not entry["experiment"].endswith(ACROSS)]
     merged.results += publish_set(merged)
     store = OutputStore(into)

@@ -22,7 +22,7 @@ from vitcli.capture.sites import (
     sublayer_site,
     unfused_attention,
 )
-from vitcli.capture.support import logits_from, pre_norm_refusal, require_pre_norm
+from vitcli.capture.support import logits_from, pre_norm_refusal
 
 __all__ = [
     "BLOCK_SITES",
@@ -44,7 +44,6 @@ __all__ = [
     "logits_from",
     "module_inputs_and_outputs",
     "pre_norm_refusal",
-    "require_pre_norm",
     "pattern_site",
     "pooled_output",
     "replaced",

@@ -213,17 +213,6 @@ def pre_norm_refusal(net: nn.Module, name: str) -> str | None:
     return None if reason is None else f"{name} is not a pre-norm ViT vitcli can take apart: {reason}"
 
 
-def require_pre_norm(model_name: str) -> nn.Module:
-    """The meta skeleton of `model_name`, refused with UsageError unless its blocks can be taken apart."""
-    from vitcli.loading import require_vit
-
-    skeleton = require_vit(model_name)
-    refusal = pre_norm_refusal(skeleton, model_name)
-    if refusal is not None:
-        raise UsageError(refusal)
-    return skeleton
-
-
 def logits_from(net: nn.Module, block: int, rows: Tensor) -> Tensor:
     """The model's own forward on from `rows` entering block `block` (one-based: the value of hook_resid_pre)."""
     return family_of(net).run_from(block, rows)

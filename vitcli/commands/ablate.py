@@ -113,7 +113,7 @@ class AblateJob(FollowsEmbedding, Job):
         self._replacements: dict[Path | None, Any] = {}  # by the resampled image (None: one for every image)
 
     def check(self, architecture: Any) -> None:
-        from vitcli.capture import require_pre_norm
+        from vitcli.loading import require_pre_norm
 
         require_pre_norm(architecture.name)
         self.ablations = []

@@ -60,8 +60,9 @@ class AttributeJob(FollowsEmbedding, Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        from vitcli.capture import family_of, require_pre_norm
+        from vitcli.capture import family_of
         from vitcli.experiments.readout import readout_refusal
+        from vitcli.loading import require_pre_norm
 
         skeleton = require_pre_norm(architecture.name)
         # A zero-shot head (no linear_head) is installed after loading and always readable: check the net's own head

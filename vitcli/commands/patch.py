@@ -72,8 +72,8 @@ class PatchJob(FollowsEmbedding, Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        from vitcli.capture import require_pre_norm
         from vitcli.classes import resolve_contrast
+        from vitcli.loading import require_pre_norm
 
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)

@@ -100,7 +100,7 @@ def probe_command(
         _write_cache(publisher.store, cache_folder, cache_name, {**cached, **new}, model.name)
     subject = f"data-{image_subject(data_dir)}"
     classes = list(result.classes)
-    from vitcli.loading_towers import is_tower  # torch: not at --help time
+    from vitcli.tower_names import is_tower  # torch: not at --help time
 
     if is_tower(model.name):  # their --checkpoint loads no classifier head (hf: refuses it, open_clip: no head)
         context.messages.info(
@@ -156,8 +156,8 @@ def _write_checkpoint(
 
     from safetensors.torch import save
 
-    from vitcli.loading import RECORD_KEY
     from vitcli.store import ResultFiles
+    from vitcli.weights import RECORD_KEY
 
     metadata = {"format": "pt", RECORD_KEY: json.dumps(record, sort_keys=True)}
     files = {"safetensors": save(state, metadata=metadata), "labels.txt": "\n".join(classes) + "\n"}

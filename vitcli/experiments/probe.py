@@ -20,9 +20,9 @@ from torch import Tensor
 from vitcli.errors import UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.images import IMAGE_SUFFIXES
-from vitcli.loading import classifier_name
 from vitcli.model import VitModel
 from vitcli.spec import check_seed
+from vitcli.weights import classifier_name
 
 DEFAULT_WEIGHT_DECAY = 1e-4
 MAX_ITERATIONS = 500

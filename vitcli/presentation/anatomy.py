@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.table import Table
 
 from vitcli.jobs import Presentation
+from vitcli.presentation.common import View, matrix_csv
 from vitcli.render import weights_caption
 
 COMPONENT_COLUMNS = 7  # the paper's 28 components: 4 rows of 7
@@ -30,33 +31,6 @@ def present(view: str, result: Any) -> Presentation:
         "norms": anatomy_tokens.NormsView,
     }[view]
     return module.presentation(result)
-
-
-class View:
-    """A view's presentation functions; subclasses define table, rows, document, figure, summary and extra files."""
-
-    @classmethod
-    def presentation(cls, result: Any) -> Presentation:
-        presentation = Presentation.of(cls, result)
-        if getattr(result, "skipped", None):
-            presentation.document["skipped_images"] = list(result.skipped)
-        presentation.extra_files = cls.extra_files(result)
-        if cls.has_figure(result) is False:
-            presentation.figure = None
-        return presentation
-
-    @staticmethod
-    def has_figure(result: Any) -> bool:
-        return True
-
-    @staticmethod
-    def extra_files(result: Any) -> dict[str, Any]:
-        return {}
-
-
-def matrix_csv(matrix: np.ndarray) -> str:
-    """A headerless CSV of a matrix, full precision (numpy.loadtxt(path, delimiter=",") reads it back)."""
-    return "\n".join(",".join(repr(float(value)) for value in line) for line in np.asarray(matrix)) + "\n"
 
 
 class FiltersView(View):

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from vitcli.filenames import escaped_path
 from vitcli.output import counted
-from vitcli.presentation.anatomy import View, matrix_csv
+from vitcli.presentation.common import View, matrix_csv
 from vitcli.render import is_random, weights_caption
 
 # The results over images carry no weights label: the provenance holds it; a caption says "see the provenance".

@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from vitcli.filenames import escaped_path
-from vitcli.presentation.anatomy import View
 from vitcli.presentation.anatomy_images import image_names, images_caption, images_figure_note
+from vitcli.presentation.common import View
 
 IMAGES_DRAWN = 16  # the PCA figure shows the first images; every image's map is in the CSV and rgb.npy
 OUTLIERS_SHOWN = 20  # rows of the norms table; all are in the CSV and JSON

@@ -17,6 +17,7 @@ from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
 from vitcli.experiments.occlusion import ClassProbability
 from vitcli.grid import PatchGrid
+from vitcli.presentation.common import method_column
 from vitcli.presentation.explain_audit import (
     attribution_json,
     audit_summary,
@@ -383,17 +384,13 @@ def summary(result: Explanation) -> dict[str, Any]:
     }
     for item in result.maps:
         best = top_patches(result.grid, item.values, 1)
-        values[f"explain_{_column(item.method)}_top_patch"] = f"P{best[0][0]}" if best else None
+        values[f"explain_{method_column(item.method)}_top_patch"] = f"P{best[0][0]}" if best else None
     if result.faithfulness is not None:
         curves = result.faithfulness
         aucs = [(item.method, item.deletion.auc, item.insertion.auc) for item in curves.methods]
         if curves.random is not None:
             aucs.append((RANDOM, curves.random.deletion.auc, curves.random.insertion.auc))
         for method, deletion, insertion in aucs:
-            values[f"explain_{_column(method)}_deletion_auc"] = deletion
-            values[f"explain_{_column(method)}_insertion_auc"] = insertion
+            values[f"explain_{method_column(method)}_deletion_auc"] = deletion
+            values[f"explain_{method_column(method)}_insertion_auc"] = insertion
     return values | audit_summary(result)
-
-
-def _column(method: str) -> str:
-    return method.replace("-", "_")

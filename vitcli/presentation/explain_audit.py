@@ -16,6 +16,7 @@ from vitcli.experiments.road import Road
 from vitcli.experiments.robustness import Robustness
 from vitcli.grid import PatchGrid
 from vitcli.presentation import explain_sanity
+from vitcli.presentation.common import method_column
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -303,10 +304,8 @@ def audit_scores(document: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 
 def audit_summary(result: Explanation) -> dict[str, Any]:
-    from vitcli.presentation.explain import _column
-
     return {
-        f"explain_{_column(method)}_{score}": value
+        f"explain_{method_column(method)}_{score}": value
         for score, values in audit_scores({"audits": audits_json(result)}).items()
         for method, value in values.items()
     }

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitcli.batch.manifest import Manifest, merge, read_manifests
+from vitcli.batch.manifest import Manifest, read_manifests
+from vitcli.batch.views import merge_manifests
 from vitcli.errors import UsageError, VitcliError
 from vitcli.output import counted
 from vitcli.presentation.explorer_frame import is_explorer_page
@@ -60,7 +61,7 @@ def read_run(run_dir: Path) -> tuple[Manifest, list[Path]]:
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} is not a folder: give the folder of a `vitcli run` (OUTPUT/RUN_NAME)")
     manifests = read_manifests(run_dir)
-    return merge(manifests, run_dir), [path for path, _ in manifests]
+    return merge_manifests(manifests, run_dir), [path for path, _ in manifests]
 
 
 def inside(run_dir: Path, file: str) -> Path | None:
