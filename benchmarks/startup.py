@@ -12,7 +12,7 @@ Measured in one run, random weights (seed 0), one photo, 196 covers of 16x16 pix
      compares the covers with the machine as it was when they ran. The strictest reading is printed beside it: the
      median processes against the best rate of the whole run, a burst that the processes themselves rarely see;
   3. processes that only import torch, timm and matplotlib, with Python's collector as it starts and with the
-     console script's policy (vitcli/collector.py: paused for start-up, then everything frozen);
+     console script's policy (vitcli/collector.py: held back for start-up, then everything frozen);
   4. `vitcli occlude-patches` with glibc's allocator thresholds as the C library sets them, against the console
      script's (vitcli/allocator.py: freed memory kept for the next batch), with each process's page faults;
   5. how long a `vitcli predict` process takes to end once its command has returned: with the console script's
@@ -69,7 +69,6 @@ spec = WeightsSpec(random=True, seed=0)
 describe(spec)
 mark("architecture check (meta skeleton)")
 model = load_model(spec, "cpu")
-collector.settle()
 mark("build the model, random init")
 model.parameter_sha256
 mark("parameter SHA-256 (provenance)")
@@ -95,8 +94,8 @@ print(json.dumps([(name, end - start) for (_, start), (name, end) in zip(marks, 
 IMPORTS = "import torch, timm, matplotlib.pyplot"
 COLLECTOR = {
     "imports, collector as Python starts it": IMPORTS,
-    "imports, collector paused then frozen (vitcli)": (
-        "from vitcli import collector; collector.pause(); " + IMPORTS + "; collector.settle(); collector.before_exit()"
+    "imports, collector held back then frozen (vitcli)": (
+        "from vitcli import collector; collector.pause(); " + IMPORTS + "; collector.before_exit()"
     ),
 }
 

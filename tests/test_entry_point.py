@@ -198,12 +198,12 @@ from vitcli.cli import main
 
 load = vitcli.context.CommandContext.model
 keep_freed_memory = vitcli.allocator.keep_freed_memory
+collections = []
+gc.callbacks.append(lambda phase, info: collections.append(info["generation"]) if phase == "start" else None)
 
 def model(self):
-    before = gc.isenabled()
     loaded = load(self)
-    print(f"start-up collecting={before}; after loading collecting={gc.isenabled()} frozen={gc.get_freeze_count() > 0}",
-          file=sys.stderr)
+    print(f"collections during start-up={len(collections)} collecting={gc.isenabled()}", file=sys.stderr)
     return loaded
 
 def allocator():
@@ -219,9 +219,9 @@ main()
 
 @pytest.mark.slow
 def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_path):
-    """The imports of torch and timm run without the cyclic collector; once the model is loaded it collects again,
-    with what start-up built frozen (see vitcli/collector.py). glibc's allocator thresholds are raised before torch
-    is imported (vitcli/allocator.py; test_allocator.py measures what that does)."""
+    """The imports of torch and timm and the model's loading run without a collection of the cyclic collector, which
+    stays on and settles itself later (see vitcli/collector.py and the next test). glibc's allocator thresholds are
+    raised before torch is imported (vitcli/allocator.py; test_allocator.py measures what that does)."""
     result = subprocess.run(
         [sys.executable, "-c", START_UP_PROBE, "predict", str(photo), *RANDOM_CPU, "-q"],
         capture_output=True,
@@ -230,10 +230,41 @@ def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_pa
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "start-up collecting=False; after loading collecting=True frozen=True" in result.stderr
+    assert "collections during start-up=0 collecting=True" in result.stderr
     from vitcli.allocator import runs_on_glibc
 
     assert f"allocator thresholds raised={runs_on_glibc()} before torch=True" in result.stderr
+
+
+SETTLING_PROBE = """
+import gc, weakref
+from vitcli import collector
+
+python_thresholds = gc.get_threshold()
+collector.pause()
+start_up = [[] for _ in range(collector.START_UP_ALLOCATIONS // 2)]
+held_back = gc.get_count()[0] >= len(start_up) and gc.get_freeze_count() == 0
+more = [[] for _ in range(collector.START_UP_ALLOCATIONS)]
+settled = gc.get_freeze_count() >= len(start_up) and gc.get_threshold() == python_thresholds
+
+class Node:
+    pass
+
+cycle = Node()
+cycle.self = cycle
+garbage = weakref.ref(cycle)
+del cycle
+churn = [[] for _ in range(10 * python_thresholds[0])]
+print(held_back, settled, garbage() is None)
+"""
+
+
+def test_the_collector_settles_itself_after_start_up():
+    """No call ends start-up: once more objects than start-up builds exist, the first collection freezes them all,
+    Python's thresholds come back, and cyclic garbage made afterwards is freed as usual."""
+    result = subprocess.run([sys.executable, "-c", SETTLING_PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "True"]
 
 
 TEARDOWN_PROBE = """
@@ -274,13 +305,13 @@ def test_the_console_script_exits_without_the_interpreter_teardown(tmp_path, arg
 
 
 def test_library_callers_keep_their_collector(vit):
+    """Only the console script holds the collector back: importing vitcli and loading a model leave it as it was."""
     import gc
 
-    from vitcli import collector
+    import vitcli.cli  # noqa: F401  (everything the console script imports)
 
-    frozen = gc.get_freeze_count()
-    collector.settle()
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled() and gc.get_threshold()[0] < 10_000
+    assert not any(getattr(callback, "__module__", "") == "vitcli.collector" for callback in gc.callbacks)
 
 
 def write_hf_cache(home: Path, state: dict[str, torch.Tensor]) -> None:
