@@ -304,6 +304,33 @@ def test_the_console_script_exits_without_the_interpreter_teardown(tmp_path, arg
     assert (untraced_file, traced_file) == ("", "written at teardown")
 
 
+THREAD_PROBE = """
+import sys, threading, time
+from pathlib import Path
+from vitcli.cli import main
+
+def finish():
+    time.sleep(0.5)
+    Path("finished.txt").write_text("the thread's last step")
+
+threading.Thread(target=finish, daemon=sys.argv[1] == "daemon").start()
+sys.argv = ["vitcli", "--help"]
+main()
+"""
+
+
+@pytest.mark.parametrize("kind", ["non-daemon", "daemon"])
+def test_the_console_script_waits_for_a_live_non_daemon_thread(tmp_path, kind):
+    """Skipping the teardown would kill a non-daemon thread that other code started mid-work; with one alive the
+    process exits as Python does, which waits for it. A daemon thread does not hold the exit back."""
+    finished = subprocess.run(
+        [sys.executable, "-c", THREAD_PROBE, kind], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "Usage: vitcli" in finished.stdout
+    assert (tmp_path / "finished.txt").exists() == (kind == "non-daemon")
+
+
 def test_library_callers_keep_their_collector(vit):
     """Only the console script holds the collector back: importing vitcli and loading a model leave it as it was."""
     import gc
