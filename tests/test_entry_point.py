@@ -192,12 +192,10 @@ def test_installed_entry_point_predicts(photo, tmp_path):
 
 START_UP_PROBE = """
 import gc, sys
-import vitcli.allocator
 import vitcli.context
 from vitcli.cli import main
 
 load = vitcli.context.CommandContext.model
-keep_freed_memory = vitcli.allocator.keep_freed_memory
 collections = []
 gc.callbacks.append(lambda phase, info: collections.append(info["generation"]) if phase == "start" else None)
 
@@ -206,12 +204,7 @@ def model(self):
     print(f"collections during start-up={len(collections)} collecting={gc.isenabled()}", file=sys.stderr)
     return loaded
 
-def allocator():
-    print(f"allocator thresholds raised={keep_freed_memory()} before torch={'torch' not in sys.modules}",
-          file=sys.stderr)
-
 vitcli.context.CommandContext.model = model
-vitcli.allocator.keep_freed_memory = allocator
 sys.argv = ["vitcli", *sys.argv[1:]]
 main()
 """
@@ -220,8 +213,7 @@ main()
 @pytest.mark.slow
 def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_path):
     """The imports of torch and timm and the model's loading run without a collection of the cyclic collector, which
-    stays on and settles itself later (see vitcli/collector.py and the next test). glibc's allocator thresholds are
-    raised before torch is imported (vitcli/allocator.py; test_allocator.py measures what that does)."""
+    stays on and settles itself later (see vitcli/collector.py and the next test)."""
     result = subprocess.run(
         [sys.executable, "-c", START_UP_PROBE, "predict", str(photo), *RANDOM_CPU, "-q"],
         capture_output=True,
@@ -231,9 +223,6 @@ def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_pa
     )
     assert result.returncode == 0, result.stderr
     assert "collections during start-up=0 collecting=True" in result.stderr
-    from vitcli.allocator import runs_on_glibc
-
-    assert f"allocator thresholds raised={runs_on_glibc()} before torch=True" in result.stderr
 
 
 SETTLING_PROBE = """

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from vitcli import allocator, collector, interrupts
+from vitcli import collector, interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
@@ -329,7 +329,6 @@ def run() -> None:
     ends without the interpreter's teardown (end_process) unless a tracer or profiler is watching or a non-daemon
     thread is still alive."""
     collector.pause()
-    allocator.keep_freed_memory()
     try:
         _run()
     except SystemExit as exit_:
