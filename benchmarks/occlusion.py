@@ -34,14 +34,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitcli.experiments.occlusion import (
-    SlidingWindows,
-    baseline,
-    covered_batches,
-    covered_copy,
-    fill_image,
-    measure_covers,
-)
+from vitcli.experiments.covers import SlidingWindows
+from vitcli.experiments.occlusion import baseline, covered_batches, covered_copy, fill_image, measure_covers
 from vitcli.images import sample_photo
 from vitcli.loading import load_model
 from vitcli.model import PreparedImage, VitModel

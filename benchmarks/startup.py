@@ -72,7 +72,8 @@ mark("parameter SHA-256 (provenance)")
 image = model.prepare(Path(sys.argv[1]))
 clean = model.logits(image.input.unsqueeze(0))[0]
 mark("decode, preprocess, clean forward")
-from vitcli.experiments.occlusion import SlidingWindows, occlude_patches
+from vitcli.experiments.covers import SlidingWindows
+from vitcli.experiments.occlusion import occlude_patches
 windows = SlidingWindows(model.grid, 16, 16)
 result = occlude_patches(model, image, windows, None, "gray", clean_logits=clean)
 mark("196 covered forwards")
