@@ -11,8 +11,7 @@ One run measures, for 196 patch covers of a random-weight ViT-Tiny (the default 
     full forward's FLOPs per cover, whatever was skipped) as a fraction of the matmul rate;
   - captum's Occlusion on the same 196 covers, in process;
   - whole processes: `vitcli occlude-patches` (a subprocess of .venv/bin/vitcli) against an equivalent captum script.
-Every batched variant must equal the loop to 1e-5 in probability; the script says so or fails. The process raises
-glibc's allocator thresholds as the `vitcli` program does (vitcli/allocator.py), for every variant alike.
+Every batched variant must equal the loop to 1e-5 in probability; the script says so or fails.
 
     .venv/bin/python benchmarks/occlusion.py                      # everything (about 13 minutes on 2 shared cores)
     .venv/bin/python benchmarks/occlusion.py --batch-sizes 8 32 --threads 2 --no-processes
@@ -35,15 +34,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitcli import allocator
-from vitcli.experiments.occlusion import (
-    SlidingWindows,
-    baseline,
-    covered_batches,
-    covered_copy,
-    fill_image,
-    measure_covers,
-)
+from vitcli.experiments.covers import SlidingWindows
+from vitcli.experiments.occlusion import baseline, covered_batches, covered_copy, fill_image, measure_covers
 from vitcli.images import sample_photo
 from vitcli.loading import load_model
 from vitcli.model import PreparedImage, VitModel
@@ -121,7 +113,6 @@ def loop_probabilities(model: VitModel, image: torch.Tensor, fill: torch.Tensor,
 
 
 def main() -> None:
-    allocator.keep_freed_memory()  # as the console script does: every variant below runs under the same policy
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--image", type=Path, default=LECTURE_PHOTO if LECTURE_PHOTO.is_file() else sample_photo())
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])

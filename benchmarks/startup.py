@@ -12,10 +12,8 @@ Measured in one run, random weights (seed 0), one photo, 196 covers of 16x16 pix
      compares the covers with the machine as it was when they ran. The strictest reading is printed beside it: the
      median processes against the best rate of the whole run, a burst that the processes themselves rarely see;
   3. processes that only import torch, timm and matplotlib, with Python's collector as it starts and with the
-     console script's policy (vitcli/collector.py: paused for start-up, then everything frozen);
-  4. `vitcli occlude-patches` with glibc's allocator thresholds as the C library sets them, against the console
-     script's (vitcli/allocator.py: freed memory kept for the next batch), with each process's page faults;
-  5. how long a `vitcli predict` process takes to end once its command has returned: with the console script's
+     console script's policy (vitcli/collector.py: held back for start-up, then everything frozen);
+  4. how long a `vitcli predict` process takes to end once its command has returned: with the console script's
      end_process (vitcli/shell.py: exit handlers run and output flushed, the objects start-up built left to the
      operating system), and with the interpreter's teardown (timed from inside: the whole processes vary by more).
 The two sides of each comparison run back to back, one first in one round and the other in the next; what a policy
@@ -51,9 +49,8 @@ marks = []
 def mark(name):
     marks.append((name, time.perf_counter()))
 mark("start")
-from vitcli import allocator, collector
+from vitcli import collector
 collector.pause()  # as the console script does
-allocator.keep_freed_memory()
 import torch
 mark("import torch")
 import timm
@@ -69,14 +66,14 @@ spec = WeightsSpec(random=True, seed=0)
 describe(spec)
 mark("architecture check (meta skeleton)")
 model = load_model(spec, "cpu")
-collector.settle()
 mark("build the model, random init")
 model.parameter_sha256
 mark("parameter SHA-256 (provenance)")
 image = model.prepare(Path(sys.argv[1]))
 clean = model.logits(image.input.unsqueeze(0))[0]
 mark("decode, preprocess, clean forward")
-from vitcli.experiments.occlusion import SlidingWindows, occlude_patches
+from vitcli.experiments.covers import SlidingWindows
+from vitcli.experiments.occlusion import occlude_patches
 windows = SlidingWindows(model.grid, 16, 16)
 result = occlude_patches(model, image, windows, None, "gray", clean_logits=clean)
 mark("196 covered forwards")
@@ -95,20 +92,13 @@ print(json.dumps([(name, end - start) for (_, start), (name, end) in zip(marks, 
 IMPORTS = "import torch, timm, matplotlib.pyplot"
 COLLECTOR = {
     "imports, collector as Python starts it": IMPORTS,
-    "imports, collector paused then frozen (vitcli)": (
-        "from vitcli import collector; collector.pause(); " + IMPORTS + "; collector.settle(); collector.before_exit()"
+    "imports, collector held back then frozen (vitcli)": (
+        "from vitcli import collector; collector.pause(); " + IMPORTS + "; collector.before_exit()"
     ),
 }
 
 
-# The console script with vitcli/allocator.py's policy switched off: glibc's thresholds as the C library sets them.
-ALLOCATOR_DEFAULTS = (
-    "import sys; from vitcli import allocator; allocator.keep_freed_memory = lambda: False; "
-    "from vitcli.cli import main; sys.argv[0] = 'vitcli'; main()"
-)
-
 OCCLUDE, PREDICT = "vitcli occlude-patches", "vitcli predict"
-OCCLUDE_GLIBC = "vitcli occlude-patches, glibc's allocator defaults"
 CAPTUM_DEFAULT = "captum script, perturbations_per_eval 1 (captum's default)"
 CAPTUM_BATCHED = "captum script, perturbations_per_eval 8 (vitcli's batch)"
 
@@ -197,7 +187,6 @@ def main() -> None:
         # Each comparison runs back to back within a round, first one side and then, next round, the other first
         # (every other round runs the list backwards), so that drifts in load hit both sides alike.
         commands = {
-            OCCLUDE_GLIBC: [sys.executable, "-c", ALLOCATOR_DEFAULTS, *occlude],
             OCCLUDE: [VITCLI, *occlude],
             PREDICT: [VITCLI, *predict],
             CAPTUM_DEFAULT: [sys.executable, "captum_occlusion.py", str(PHOTO), "captum1.csv", "1"],
@@ -236,7 +225,6 @@ def main() -> None:
 
     imports_plain, imports_vitcli = COLLECTOR
     print(f"  importing torch, timm and matplotlib: the collector policy saves {saved(imports_plain, imports_vitcli)}")
-    print(f"  occlude-patches: the allocator policy saves {saved(OCCLUDE_GLIBC, OCCLUDE)}")
     print(
         f"  a predict process ends {exits['end_process']:.2f} s after its command returned (median of "
         f"{arguments.repeats}), {exits['teardown']:.2f} s with the interpreter's teardown"

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from vitcli.model import VitModel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The report tests' fixtures (report_of, browser), registered here so that its assertions are rewritten too.
+pytest_plugins = ["report_pages"]
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "images"
 RANDOM_CPU = ["--weights", "random", "--seed", "0", "--device", "cpu"]

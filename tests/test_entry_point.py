@@ -192,26 +192,19 @@ def test_installed_entry_point_predicts(photo, tmp_path):
 
 START_UP_PROBE = """
 import gc, sys
-import vitcli.allocator
 import vitcli.context
 from vitcli.cli import main
 
 load = vitcli.context.CommandContext.model
-keep_freed_memory = vitcli.allocator.keep_freed_memory
+collections = []
+gc.callbacks.append(lambda phase, info: collections.append(info["generation"]) if phase == "start" else None)
 
 def model(self):
-    before = gc.isenabled()
     loaded = load(self)
-    print(f"start-up collecting={before}; after loading collecting={gc.isenabled()} frozen={gc.get_freeze_count() > 0}",
-          file=sys.stderr)
+    print(f"collections during start-up={len(collections)} collecting={gc.isenabled()}", file=sys.stderr)
     return loaded
 
-def allocator():
-    print(f"allocator thresholds raised={keep_freed_memory()} before torch={'torch' not in sys.modules}",
-          file=sys.stderr)
-
 vitcli.context.CommandContext.model = model
-vitcli.allocator.keep_freed_memory = allocator
 sys.argv = ["vitcli", *sys.argv[1:]]
 main()
 """
@@ -219,9 +212,8 @@ main()
 
 @pytest.mark.slow
 def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_path):
-    """The imports of torch and timm run without the cyclic collector; once the model is loaded it collects again,
-    with what start-up built frozen (see vitcli/collector.py). glibc's allocator thresholds are raised before torch
-    is imported (vitcli/allocator.py; test_allocator.py measures what that does)."""
+    """The imports of torch and timm and the model's loading run without a collection of the cyclic collector, which
+    stays on and settles itself later (see vitcli/collector.py and the next test)."""
     result = subprocess.run(
         [sys.executable, "-c", START_UP_PROBE, "predict", str(photo), *RANDOM_CPU, "-q"],
         capture_output=True,
@@ -230,10 +222,38 @@ def test_console_script_sets_up_the_process_before_importing_torch(photo, tmp_pa
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "start-up collecting=False; after loading collecting=True frozen=True" in result.stderr
-    from vitcli.allocator import runs_on_glibc
+    assert "collections during start-up=0 collecting=True" in result.stderr
 
-    assert f"allocator thresholds raised={runs_on_glibc()} before torch=True" in result.stderr
+
+SETTLING_PROBE = """
+import gc, weakref
+from vitcli import collector
+
+python_thresholds = gc.get_threshold()
+collector.pause()
+start_up = [[] for _ in range(collector.START_UP_ALLOCATIONS // 2)]
+held_back = gc.get_count()[0] >= len(start_up) and gc.get_freeze_count() == 0
+more = [[] for _ in range(collector.START_UP_ALLOCATIONS)]
+settled = gc.get_freeze_count() >= len(start_up) and gc.get_threshold() == python_thresholds
+
+class Node:
+    pass
+
+cycle = Node()
+cycle.self = cycle
+garbage = weakref.ref(cycle)
+del cycle
+churn = [[] for _ in range(10 * python_thresholds[0])]
+print(held_back, settled, garbage() is None)
+"""
+
+
+def test_the_collector_settles_itself_after_start_up():
+    """No call ends start-up: once more objects than start-up builds exist, the first collection freezes them all,
+    Python's thresholds come back, and cyclic garbage made afterwards is freed as usual."""
+    result = subprocess.run([sys.executable, "-c", SETTLING_PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "True"]
 
 
 TEARDOWN_PROBE = """
@@ -273,14 +293,41 @@ def test_the_console_script_exits_without_the_interpreter_teardown(tmp_path, arg
     assert (untraced_file, traced_file) == ("", "written at teardown")
 
 
+THREAD_PROBE = """
+import sys, threading, time
+from pathlib import Path
+from vitcli.cli import main
+
+def finish():
+    time.sleep(0.5)
+    Path("finished.txt").write_text("the thread's last step")
+
+threading.Thread(target=finish, daemon=sys.argv[1] == "daemon").start()
+sys.argv = ["vitcli", "--help"]
+main()
+"""
+
+
+@pytest.mark.parametrize("kind", ["non-daemon", "daemon"])
+def test_the_console_script_waits_for_a_live_non_daemon_thread(tmp_path, kind):
+    """Skipping the teardown would kill a non-daemon thread that other code started mid-work; with one alive the
+    process exits as Python does, which waits for it. A daemon thread does not hold the exit back."""
+    finished = subprocess.run(
+        [sys.executable, "-c", THREAD_PROBE, kind], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert "Usage: vitcli" in finished.stdout
+    assert (tmp_path / "finished.txt").exists() == (kind == "non-daemon")
+
+
 def test_library_callers_keep_their_collector(vit):
+    """Only the console script holds the collector back: importing vitcli and loading a model leave it as it was."""
     import gc
 
-    from vitcli import collector
+    import vitcli.cli  # noqa: F401  (everything the console script imports)
 
-    frozen = gc.get_freeze_count()
-    collector.settle()
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled() and gc.get_threshold()[0] < 10_000
+    assert not any(getattr(callback, "__module__", "") == "vitcli.collector" for callback in gc.callbacks)
 
 
 def write_hf_cache(home: Path, state: dict[str, torch.Tensor]) -> None:

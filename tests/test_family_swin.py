@@ -267,7 +267,8 @@ def test_gradcam_equals_pytorch_grad_cam_with_its_swin_recipe(swin_model, photo)
 
 @pytest.mark.slow
 def test_occlusion_covers_the_last_stages_tokens_through_the_models_own_forward(swin_model, photo):
-    from vitcli.experiments.occlusion import SlidingWindows, fill_image, occlude_patches
+    from vitcli.experiments.covers import SlidingWindows
+    from vitcli.experiments.occlusion import fill_image, occlude_patches
 
     prepared = swin_model.prepare(photo)
     grid = swin_model.map_grid

@@ -20,6 +20,7 @@ import pytest
 
 from vitcli.filenames import escaped_path, path_from_escaped
 
+from configs import write_config
 from conftest import RANDOM_CPU
 
 VITCLI = shutil.which("vitcli", path=str(Path(sys.executable).parent)) or "vitcli"
@@ -103,7 +104,7 @@ def test_the_installed_command_does_a_latin1_named_file(photo, tmp_path):
 
 CONFIG = """
 name = "latin"
-images = [{images}]
+images = {images}
 [model]
 weights = "random"
 seed = 0
@@ -121,8 +122,7 @@ def test_a_run_over_a_folder_with_a_latin1_name_does_every_image_resumes_and_rep
     shutil.copyfile(photo, folder / "plain.jpg")
     damaged = latin1_copy(folder, photo, b"ab\xeeme.jpg")
     damaged.write_bytes(b"not an image")
-    config = workdir / "latin.toml"
-    config.write_text(CONFIG.format(images=json.dumps(str(folder))), encoding="utf-8")
+    config = write_config(workdir, [folder], CONFIG, "latin.toml")
 
     result = cli("run", config)
     assert result.exit_code == 1, result.stderr  # the damaged image failed; the others are done

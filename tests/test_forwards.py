@@ -12,14 +12,8 @@ import threading
 import pytest
 import torch
 
-from vitcli.experiments.occlusion import (
-    SlidingWindows,
-    baseline,
-    covered_batches,
-    covered_copy,
-    covered_row_batches,
-    measure_covers,
-)
+from vitcli.experiments.covers import SlidingWindows
+from vitcli.experiments.occlusion import baseline, covered_batches, covered_copy, covered_row_batches, measure_covers
 from vitcli.model import VitModel
 
 from conftest import small_vit

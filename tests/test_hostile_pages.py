@@ -13,7 +13,6 @@ explain map ran the label's onerror.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from configs import write_config
 from conftest import RANDOM_CPU
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -72,8 +72,7 @@ def hostile_run(tmp_path_factory, photo) -> tuple[Path, list[str]]:
     images = [folder / name for name in FILE_NAMES]
     for image in images:
         shutil.copy(photo, image)
-    config = folder / "run.toml"
-    config.write_text(CONFIG.format(images=json.dumps([str(image) for image in images])), encoding="utf-8")
+    config = write_config(folder, images, CONFIG)
     result = CliRunner().invoke(app, ["run", str(config), *RANDOM_CPU, "-o", str(folder / "out")])
     assert result.exit_code == 0, result.stderr
     return folder / "out" / "hostile", labels

@@ -14,17 +14,14 @@ import pytest
 import torch
 
 from vitcli.errors import UsageError
+from vitcli.experiments.covers import Cover, SlidingWindows, patch_drop_grid, pixel_drop_map
 from vitcli.experiments.occlusion import (
-    Cover,
-    SlidingWindows,
     baseline,
     covered_batches,
     fill_image,
     measure_covers,
     occlude_patches,
     occlude_quadrants,
-    patch_drop_grid,
-    pixel_drop_map,
     resolve_target,
 )
 from vitcli.grid import PatchGrid

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas
 import pytest
 
+from configs import write_config
 from conftest import RANDOM_CPU
 
 SETTINGS = ["--sites", "heads", "--sites", "attention", "--method", "activation", "--method", "attribution"]
@@ -57,8 +58,7 @@ def run_folder(workdir, photo, newfoundland, persian) -> Path:
         shutil.copy(source, pictures / source.name)
     shutil.copy(persian, pictures / "cat_copy.jpg")
     shutil.copy(persian, configs / "cat.jpg")
-    text = CONFIG.format(images=json.dumps(["pictures"]), corrupt=json.dumps("cat.jpg"))
-    (configs / "run.toml").write_text(text)
+    write_config(configs, ["pictures"], CONFIG, corrupt="cat.jpg")
     return configs
 
 

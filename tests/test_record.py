@@ -17,6 +17,7 @@ from PIL import Image
 from vitcli.batch.manifest import summary_frame
 from vitcli.batch.record import RECORDS, read_record, record_files
 
+from configs import write_config
 from conftest import RANDOM_CPU
 
 VITCLI = shutil.which("vitcli", path=str(Path(sys.executable).parent)) or "vitcli"
@@ -65,12 +66,6 @@ def pictures(folder: Path, count: int, size: int = 64) -> list[Path]:
     return paths
 
 
-def write_config(folder: Path, images: list[Path], text: str = CONFIG, name: str = "run.toml") -> Path:
-    path = folder / name
-    path.write_text(text.format(images=json.dumps([str(image) for image in images])))
-    return path
-
-
 def manifest(root: Path, name: str = "manifest.json") -> dict:
     return json.loads((root / name).read_text())
 
@@ -89,7 +84,7 @@ def one_line(stderr: str) -> str:
 
 def test_each_run_appends_one_line_per_result_to_its_own_record_file(cli, workdir):
     images = pictures(workdir / "pics", 2)
-    config = write_config(workdir, images)
+    config = write_config(workdir, images, CONFIG)
     assert cli("run", config).exit_code == 0
     root = workdir / "outputs" / "pair"
     (first,) = record_files(root)
@@ -105,7 +100,7 @@ def test_each_run_appends_one_line_per_result_to_its_own_record_file(cli, workdi
 
 
 def test_a_torn_last_line_is_ignored_and_its_result_redone(cli, workdir):
-    config = write_config(workdir, pictures(workdir / "pics", 2))
+    config = write_config(workdir, pictures(workdir / "pics", 2), CONFIG)
     assert cli("run", config).exit_code == 0
     root = workdir / "outputs" / "pair"
     (path,) = record_files(root)
@@ -120,7 +115,7 @@ def test_a_torn_last_line_is_ignored_and_its_result_redone(cli, workdir):
 
 def test_an_unreadable_record_line_is_reported_and_its_work_redone(cli, workdir):
     """Item 5: a line of the wrong shape is unusable; resume says so on stderr and redoes the work."""
-    config = write_config(workdir, pictures(workdir / "pics", 1))
+    config = write_config(workdir, pictures(workdir / "pics", 1), CONFIG)
     assert cli("run", config).exit_code == 0
     root = workdir / "outputs" / "pair"
     (path,) = record_files(root)
@@ -170,7 +165,7 @@ def test_the_latest_line_wins_whichever_file_holds_it(tmp_path):
 
 def test_a_replaced_image_is_recomputed_and_the_summary_follows_it(cli, workdir):
     (image,) = pictures(workdir / "pics", 1)
-    config = write_config(workdir, [image])
+    config = write_config(workdir, [image], CONFIG)
     assert cli("run", config).exit_code == 0
     root = workdir / "outputs" / "pair"
     old = pandas.read_csv(root / "summary.csv").iloc[0]
@@ -190,7 +185,7 @@ def test_a_replaced_image_is_recomputed_and_the_summary_follows_it(cli, workdir)
 def test_a_result_is_done_wherever_it_was_recorded_in_the_run_folder(cli, workdir):
     """Item 12: an unsharded run, then both shards: nothing is redone; and the other way round."""
     images = pictures(workdir / "pics", 3)
-    config = write_config(workdir, images)
+    config = write_config(workdir, images, CONFIG)
     assert cli("run", config, "-o", "a").exit_code == 0
     for index in (1, 2):
         shard = cli("run", config, "-o", "a", "--shard", f"{index}/2", "-f", "jsonl")
@@ -208,7 +203,7 @@ def test_every_invocation_is_recorded_and_merge_covers_all_images(cli, workdir):
     `config` and `provenance` are the latest's. Issue 27 item 6: the re-run's views are of its own images, the first
     run's listed as not in this run; `vitcli merge` of the folder covers both."""
     first, second = pictures(workdir / "pics", 2)
-    config = write_config(workdir, [first])
+    config = write_config(workdir, [first], CONFIG)
     assert cli("run", config).exit_code == 0
     assert cli("run", config, second, "--batch-size", "3").exit_code == 0
     document = manifest(workdir / "outputs" / "pair")
@@ -235,7 +230,7 @@ def test_command_line_weights_win_over_the_configs(cli, workdir, vit):
     assert result.exit_code == 0, result.stderr
     assert manifest(workdir / "r" / "pair")["provenance"]["weights"]["source"] == "random"
     assert "checkpoint" not in manifest(workdir / "r" / "pair")["config"]["model"]
-    result = cli("run", write_config(workdir, images), "--checkpoint", checkpoint, "-o", "c")
+    result = cli("run", write_config(workdir, images, CONFIG), "--checkpoint", checkpoint, "-o", "c")
     assert result.exit_code == 0, result.stderr
     assert manifest(workdir / "c" / "pair")["provenance"]["weights"]["source"] == "checkpoint"
 
@@ -322,7 +317,7 @@ def test_the_terminal_summary_says_what_it_left_out_and_counts_in_words(cli, wor
     import vitcli.batch.execute
 
     monkeypatch.setattr(vitcli.batch.execute, "FEW_COLUMNS", 2)
-    config = write_config(workdir, pictures(workdir / "pics", 7))
+    config = write_config(workdir, pictures(workdir / "pics", 7), CONFIG)
     result = cli("run", config)
     assert result.exit_code == 0
     (line,) = [line for line in result.stderr.splitlines() if "leaves out" in line]
@@ -337,7 +332,7 @@ def test_the_terminal_summary_says_what_it_left_out_and_counts_in_words(cli, wor
 def test_a_merged_manifest_covers_every_shards_images_and_a_refusal_names_the_difference(cli, workdir):
     """Item 11."""
     images = pictures(workdir / "pics", 3)
-    config = write_config(workdir, images)
+    config = write_config(workdir, images, CONFIG)
     for index, folder in ((1, "m1"), (2, "m2")):
         assert cli("run", config, "--shard", f"{index}/2", "-o", folder).exit_code == 0
     merged = cli("merge", workdir / "m1" / "pair", workdir / "m2" / "pair", "--into", workdir / "all")
@@ -366,7 +361,7 @@ def test_a_merged_manifest_covers_every_shards_images_and_a_refusal_names_the_di
     ],
 )
 def test_a_manifest_of_the_wrong_shape_is_one_line_naming_file_and_key(cli, workdir, damage, key):
-    config = write_config(workdir, pictures(workdir / "pics", 1))
+    config = write_config(workdir, pictures(workdir / "pics", 1), CONFIG)
     assert cli("run", config, "--shard", "1/1").exit_code == 0
     path = workdir / "outputs" / "pair" / "manifest-shard1of1.json"
     shutil.rmtree(workdir / "outputs" / "pair" / RECORDS)  # a copied folder of an older vitcli: manifests only
@@ -380,7 +375,7 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_file_and_key(cli, work
 
 
 def test_an_index_entry_of_the_wrong_shape_is_reported_and_redone(cli, workdir):
-    config = write_config(workdir, pictures(workdir / "pics", 1))
+    config = write_config(workdir, pictures(workdir / "pics", 1), CONFIG)
     assert cli("run", config).exit_code == 0
     (index,) = (workdir / "outputs" / "pair").glob("*/im0-*/index.json")
     data = json.loads(index.read_text())
@@ -397,7 +392,7 @@ def test_empty_output_folders_and_files_for_into_are_usage_errors(cli, workdir, 
     empty = write_config(workdir, images, CONFIG + '[output]\ndir = ""\n')
     result = cli("run", empty)
     assert result.exit_code == 2 and "output.dir: is empty" in one_line(result.stderr)
-    assert cli("run", write_config(workdir, images), "-o", "").exit_code == 2
+    assert cli("run", write_config(workdir, images, CONFIG), "-o", "").exit_code == 2
     (workdir / "a_file").write_text("")
     (workdir / "run_dir").mkdir()
     result = cli("merge", workdir / "run_dir", "--into", workdir / "a_file")
@@ -414,7 +409,7 @@ def no_model_load(monkeypatch):
 @pytest.mark.parametrize("planted", ["model folder", "lock"])
 def test_nothing_is_written_through_a_symbolic_link_planted_in_the_output_folder(cli, workdir, planted):
     images = pictures(workdir / "pics", 1)
-    config = write_config(workdir, images)
+    config = write_config(workdir, images, CONFIG)
     outside = workdir / "outside"
     outside.mkdir()
     root = workdir / "outputs" / "pair"
@@ -438,7 +433,7 @@ def test_two_concurrent_runs_with_different_images_both_survive(tmp_path):
     the views of the last to finish list its own images and the other's as not in this run (issue 27 item 6), and
     `vitcli merge` of the folder lists every image in manifest.json and summary.csv."""
     images = pictures(tmp_path / "pics", 8)
-    config = write_config(tmp_path, images)
+    config = write_config(tmp_path, images, CONFIG)
     command = [VITCLI, "run", str(config), "--batch-size", "1", "-q"]
     runs = [
         subprocess.Popen([*command, *map(str, half)], cwd=tmp_path, stderr=subprocess.PIPE, text=True)

@@ -15,6 +15,7 @@ import pandas
 import pytest
 from PIL import Image
 
+from configs import write_config
 from conftest import RANDOM_CPU, result_files
 
 VITCLI = shutil.which("vitcli", path=str(Path(sys.executable).parent)) or "vitcli"
@@ -36,12 +37,6 @@ values = 4
 """
 
 
-def write_config(folder: Path, images: list[Path], text: str = CONFIG) -> Path:
-    path = folder / "run.toml"
-    path.write_text(text.format(images=json.dumps([str(image) for image in images])))
-    return path
-
-
 def disk_files(root: Path) -> set[str]:
     """Result files under a run folder, as manifest-relative paths (indexes, locks, records and the run's own files
     aside)."""
@@ -57,7 +52,7 @@ def disk_files(root: Path) -> set[str]:
 def test_a_config_run_writes_every_declared_file_and_its_summary_equals_the_single_commands(
     cli, photo, newfoundland, workdir
 ):
-    config = write_config(workdir, [photo, newfoundland])
+    config = write_config(workdir, [photo, newfoundland], CONFIG)
     result = cli("run", config)
     assert result.exit_code == 0, result.stderr
     root = workdir / "outputs" / "pair"
@@ -85,7 +80,7 @@ def test_a_config_run_writes_every_declared_file_and_its_summary_equals_the_sing
 
 
 def test_command_line_options_override_the_config_and_images_replace_its_images(cli, photo, newfoundland, workdir):
-    config = write_config(workdir, [newfoundland])
+    config = write_config(workdir, [newfoundland], CONFIG)
     result = cli("run", config, photo, "--seed", "3", "-o", "elsewhere", "-f", "json")
     assert result.exit_code == 0, result.stderr
     manifest = json.loads((workdir / "elsewhere" / "pair" / "manifest.json").read_text())
@@ -97,7 +92,7 @@ def test_command_line_options_override_the_config_and_images_replace_its_images(
 
 
 def test_a_second_run_skips_finished_results_and_force_redoes_them(cli, photo, workdir):
-    config = write_config(workdir, [photo])
+    config = write_config(workdir, [photo], CONFIG)
     assert cli("run", config).exit_code == 0
     json_file = result_files(workdir / "outputs" / "pair", "predict-k3")["json"]
     first = json_file.stat().st_mtime_ns
@@ -116,7 +111,7 @@ def test_a_second_run_skips_finished_results_and_force_redoes_them(cli, photo, w
 def test_a_bad_image_is_reported_in_the_manifest_and_the_run_goes_on(cli, photo, workdir):
     broken = workdir / "broken.jpg"
     broken.write_bytes(b"not a jpeg at all")
-    config = write_config(workdir, [photo, broken])
+    config = write_config(workdir, [photo, broken], CONFIG)
     result = cli("run", config)
     assert result.exit_code == 1
     assert "1 of 2 images done, 1 failed" in result.stderr
@@ -134,7 +129,7 @@ def test_shards_partition_the_images_and_merge_into_the_unsharded_summary(cli, p
         path.parent.mkdir(exist_ok=True)
         Image.open(photo).rotate(index * 30).save(path)
         images.append(path)
-    config = write_config(workdir, images)
+    config = write_config(workdir, images, CONFIG)
     assert cli("run", config, "-o", "whole").exit_code == 0
     shards = []
     for index in (1, 2, 3):
@@ -181,7 +176,7 @@ top-k = 3
 
 
 def test_merge_refuses_runs_of_different_configs(cli, photo, workdir):
-    assert cli("run", write_config(workdir, [photo]), "-o", "a").exit_code == 0
+    assert cli("run", write_config(workdir, [photo], CONFIG), "-o", "a").exit_code == 0
     other = CONFIG.replace("top-k = 3", "top-k = 4")
     assert cli("run", write_config(workdir, [photo], other), "-o", "b").exit_code == 0
     result = cli("merge", workdir / "a" / "pair", workdir / "b" / "pair", "--into", workdir / "c")
@@ -262,7 +257,7 @@ def test_a_run_killed_by_sigterm_resumes_without_redoing_or_duplicating(photo, t
         path.parent.mkdir(exist_ok=True)
         Image.open(photo).rotate(index * 15).save(path)
         images.append(path)
-    config = write_config(tmp_path, images)
+    config = write_config(tmp_path, images, CONFIG)
     command = [VITCLI, "run", str(config), "--batch-size", "2", "-f", "jsonl"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first_results = [process.stdout.readline() for _ in range(6)]  # streamed: read while the run goes on

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pandas
 import pytest
-from test_record import CONFIG, manifest, one_line, pictures, write_config
+from test_record import CONFIG, manifest, one_line, pictures
 
 from vitcli.batch.record import RECORDS, record_files
+
+from configs import write_config
 
 FAST = CONFIG + "[output]\nfigures = false\n"
 OTHER = FAST.replace("top-k = 3", "top-k = 4")

@@ -17,6 +17,7 @@ from PIL import Image
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments import trace as trace_module
+from vitcli.experiments import trace_stages
 from vitcli.experiments.trace import parse_blocks, parse_tokens, trace_image
 from vitcli.model import VitModel
 from vitcli.spec import WeightsSpec
@@ -210,7 +211,7 @@ def test_stage_shapes_follow_the_lecture(vit, photo):
     assert shapes["head.logits"] == (1000,)
     assert not any(key.startswith("block2.") for key in shapes), "only block 1 is opened"
     assert len(result.blocks) == 12
-    assert result.stages[0].values is not None and len(result.stages[0].values) == trace_module.LEADING_KEPT
+    assert result.stages[0].values is not None and len(result.stages[0].values) == trace_stages.LEADING_KEPT
     # The CLS input is the class token parameter plus its position vector, identical for every image.
     rows = {stage.key: stage.rows for stage in result.stages if stage.rows}
     cls_input = vit.net.cls_token[0, 0] + vit.net.pos_embed[0, 0]

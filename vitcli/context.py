@@ -14,7 +14,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitcli import collector
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.hashing import file_sha256
 from vitcli.jobs import Job
@@ -80,7 +79,6 @@ class CommandContext:
         from vitcli.loading import load_model
 
         model = load_model(self.spec, self.device, self.batch_size)
-        collector.settle()
         from vitcli.zero_shot import single_label_warning
 
         warning = single_label_warning(model)

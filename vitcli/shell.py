@@ -14,6 +14,7 @@ import inspect
 import os
 import re
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from vitcli import allocator, collector, interrupts
+from vitcli import collector, interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
 from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
@@ -334,17 +335,24 @@ def _silence_stdout() -> None:
 
 def run() -> None:
     """The console script: parse errors become one line too (exit 2), like the commands' own errors, and the process
-    ends without the interpreter's teardown (end_process) unless a tracer or profiler is watching."""
+    ends without the interpreter's teardown (end_process) unless a tracer or profiler is watching or a non-daemon
+    thread is still alive."""
     collector.pause()
-    allocator.keep_freed_memory()
     try:
         _run()
     except SystemExit as exit_:
-        if sys.gettrace() is None and sys.getprofile() is None:  # profilers and coverage write their files at exit
+        if sys.gettrace() is None and sys.getprofile() is None and not _non_daemon_threads_alive():
             end_process(exit_.code)
         raise
     finally:
         collector.before_exit()
+
+
+def _non_daemon_threads_alive() -> bool:
+    # os._exit skips the interpreter's teardown, which is safe only when nothing else must finish: profilers and
+    # coverage write their files at exit (checked by the caller), and Python waits for a non-daemon thread that
+    # other code started, where os._exit would kill it mid-work; then the process exits the usual way.
+    return any(not thread.daemon and thread is not threading.main_thread() for thread in threading.enumerate())
 
 
 def end_process(code: int | str | None) -> NoReturn:

@@ -5,7 +5,6 @@ from typing import Annotated, Any
 
 import typer
 
-from vitcli import collector
 from vitcli.context import CommandContext
 from vitcli.shell import build_context, vitcli_command
 
@@ -92,7 +91,6 @@ def merge_command(
     from vitcli.errors import UsageError
     from vitcli.output import counted
 
-    collector.settle()
     for folder in runs:
         if not folder.is_dir():
             raise UsageError(f"{folder} is not a folder")

@@ -5,7 +5,6 @@ from typing import Annotated
 
 import typer
 
-from vitcli import collector
 from vitcli.context import CommandContext
 from vitcli.shell import vitcli_command
 
@@ -45,5 +44,4 @@ def report_command(
     """
     from vitcli.report.layouts import write_report
 
-    collector.settle()
     context.messages.info(f"wrote {write_report(run_dir, rows, single_file)}")

@@ -6,7 +6,8 @@ are then clean - covered score, in the score's own units.
 Every cover starts from a fresh copy of the normalized input (`PreparedImage.input`), so covers never accumulate;
 only pixels change, never tokens or the attention. Covered copies are built lazily, one batch at a time, so peak
 memory is bounded by the batch size, not by the number of covers. Drops are 100 x (clean - covered probability)
-in percentage points: positive means the probability fell.
+in percentage points: positive means the probability fell. What is covered (the quadrants, the sliding windows)
+and the drops mapped onto pixels and patches are in covers.py.
 """
 
 from __future__ import annotations
@@ -21,79 +22,15 @@ from torch import Tensor
 
 from vitcli.classes import resolve_class
 from vitcli.errors import UsageError
+from vitcli.experiments.covers import Cover, SlidingWindows, patch_drop_grid, pixel_drop_map, quadrant_covers
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 from vitcli.targets import BoundTarget, EmbeddingScore, output_of
 
 FILLS = ("gray", "black", "white", "mean", "blur")
-QUADRANTS = ("top-left", "top-right", "bottom-left", "bottom-right")
 # Batching changes float32 sums slightly (about 1e-7 in probability): smaller changes count as "unchanged".
 UNCHANGED_PROBABILITY = 1e-6
-
-
-# ----- what is covered
-
-
-@dataclass(frozen=True)
-class Cover:
-    """One covered region: a (left, top, right, bottom) pixel box, right and bottom exclusive."""
-
-    name: str  # a quadrant name, Pn for a window that is exactly patch n, else Wn (windows counted from 1)
-    row: int  # zero-based position in the grid of windows (for patch-sized windows: the patch grid)
-    col: int
-    box: tuple[int, int, int, int]
-    patch: int | None = None  # n when the box is exactly patch Pn
-
-
-def quadrant_covers(grid: PatchGrid) -> list[Cover]:
-    """The four quadrants of the input, row by row: top-left, top-right, bottom-left, bottom-right."""
-    half_height, half_width = grid.image_height // 2, grid.image_width // 2
-    covers = []
-    for index, name in enumerate(QUADRANTS):
-        row, col = divmod(index, 2)
-        box = (col * half_width, row * half_height, (col + 1) * half_width, (row + 1) * half_height)
-        covers.append(Cover(name, row, col, box))
-    return covers
-
-
-@dataclass(frozen=True)
-class SlidingWindows:
-    """Square windows of `size` pixels moved by `stride` over the input, row by row, never past its edge."""
-
-    grid: PatchGrid
-    size: int
-    stride: int
-
-    def __post_init__(self) -> None:
-        side = min(self.grid.image_height, self.grid.image_width)
-        if not 1 <= self.size <= side:
-            raise UsageError(f"--size must be between 1 and {side} pixels (the input's side), not {self.size}")
-        if self.stride < 1:
-            raise UsageError(f"--stride must be at least 1 pixel, not {self.stride}")
-
-    @property
-    def rows(self) -> int:
-        return (self.grid.image_height - self.size) // self.stride + 1
-
-    @property
-    def cols(self) -> int:
-        return (self.grid.image_width - self.size) // self.stride + 1
-
-    def __len__(self) -> int:
-        return self.rows * self.cols
-
-    def __iter__(self) -> Iterator[Cover]:
-        patch_aligned = self.size == self.grid.patch_size and self.stride % self.grid.patch_size == 0
-        for row in range(self.rows):
-            for col in range(self.cols):
-                left, top = col * self.stride, row * self.stride
-                box = (left, top, left + self.size, top + self.size)
-                if patch_aligned:
-                    patch = self.grid.patch_at(top // self.size, left // self.size)
-                    yield Cover(f"P{patch}", row, col, box, patch)
-                else:
-                    yield Cover(f"W{row * self.cols + col + 1}", row, col, box)
 
 
 # ----- fills
@@ -329,24 +266,6 @@ def occlude_quadrants(
 
 
 # ----- occlude-patches
-
-
-def pixel_drop_map(covers: Sequence[Cover], drops: Sequence[float], grid: PatchGrid) -> Tensor:
-    """(H, W) float64: each pixel's mean drop over the windows covering it; NaN where no window reaches."""
-    total = torch.zeros(grid.image_height, grid.image_width, dtype=torch.float64)
-    count = torch.zeros_like(total)
-    for cover, drop in zip(covers, drops, strict=True):
-        left, top, right, bottom = cover.box
-        total[top:bottom, left:right] += drop
-        count[top:bottom, left:right] += 1
-    return total / count
-
-
-def patch_drop_grid(pixel_map: Tensor, grid: PatchGrid) -> Tensor:
-    """(rows, cols): the mean of the pixel map over each patch's pixels (NaN if any of them is uncovered)."""
-    size = grid.patch_size
-    trimmed = pixel_map[: grid.rows * size, : grid.cols * size]
-    return trimmed.reshape(grid.rows, size, grid.cols, size).mean(dim=(1, 3))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -41,18 +40,22 @@ from vitcli.capture import (
     sublayer_site,
 )
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.predict import ClassScore, top_classes
+from vitcli.experiments.patch_result import (
+    DENOMINATOR_TOLERANCE,
+    ImageSide,
+    KindScores,
+    PatchResult,
+    correlations,
+)
+from vitcli.experiments.predict import top_classes
 from vitcli.experiments.trace import full_float32
-from vitcli.grid import PatchGrid
-from vitcli.images import ImageSource
 from vitcli.jobs import Steps
 from vitcli.model import PreparedImage, VitModel
-from vitcli.targets import BoundTarget, EmbeddingTarget, output_of
+from vitcli.targets import BoundTarget, output_of
 
 KINDS = ("residual", "attention", "mlp", "heads")
 METHODS = ("activation", "attribution")
 # |M_clean - M_corrupt| at or below this is "equal": the score's denominator would be float32 rounding noise.
-DENOMINATOR_TOLERANCE = 1e-5
 TOP_SHOWN = 3
 
 
@@ -124,55 +127,6 @@ class PairRun:
     @property
     def m_corrupt(self) -> float:
         return float(self.metric(self.corrupt_logits))
-
-
-@dataclass
-class ImageSide:
-    source: ImageSource
-    crop: np.ndarray  # (H, W, 3) uint8, for figures
-    top: list[ClassScore]
-    m: float  # logit(target) - logit(contrast) of this image
-
-
-@dataclass
-class KindScores:
-    """The scores of one kind of site, shaped (blocks, tokens) for residual, (blocks,) for attention and mlp,
-    (blocks, heads) for heads; None for a method not asked for."""
-
-    kind: str
-    activation: np.ndarray | None  # (M_patched - M_corrupt) / (M_clean - M_corrupt)
-    attribution: np.ndarray | None  # the first-order estimate of the same score
-    pearson: float | None  # between the two methods over this kind's sites (both asked, and both vary)
-    spearman: float | None
-
-
-@dataclass
-class PatchResult:
-    weights: str
-    model_name: str
-    grid: PatchGrid
-    clean: ImageSide
-    corrupt: ImageSide
-    target: int | None  # None for an embedding target
-    target_label: str
-    target_rule: str
-    contrast: int | None
-    contrast_label: str
-    contrast_rule: str
-    methods: list[str]
-    kinds: list[KindScores]
-    patched_forwards: int  # one per site patched by activation (0 for attribution alone)
-    pearson: float | None  # over every site of every kind
-    spearman: float | None
-    embedding: EmbeddingTarget | None = None  # the embedding target whose score is M
-
-    @property
-    def m_clean(self) -> float:
-        return self.clean.m
-
-    @property
-    def m_corrupt(self) -> float:
-        return self.corrupt.m
 
 
 def sites_of(kind: str, depth: int, tokens: int, heads: int) -> list[Site]:
@@ -401,19 +355,3 @@ def _side(model: VitModel, image: PreparedImage, logits: Tensor, m: float, class
     """One image of the pair: its top classes (none when the forward ended at the embedding) and its M."""
     top = top_classes(logits, logits.softmax(-1), model.labels, TOP_SHOWN) if classes else []
     return ImageSide(image.source, image.crop_uint8(), top, m)
-
-
-def correlations(
-    activation: Sequence[np.ndarray | None], attribution: Sequence[np.ndarray | None]
-) -> tuple[float | None, float | None]:
-    """Pearson's and Spearman's correlation between the two methods' scores over the sites given; None unless both
-    methods ran and both vary over at least two sites."""
-    if any(scores is None for scores in [*activation, *attribution]):
-        return None, None
-    from scipy.stats import pearsonr, spearmanr
-
-    first = np.concatenate([np.ravel(scores) for scores in activation])
-    second = np.concatenate([np.ravel(scores) for scores in attribution])
-    if first.size < 2 or np.ptp(first) == 0 or np.ptp(second) == 0:
-        return None, None
-    return float(pearsonr(first, second).statistic), float(spearmanr(first, second).statistic)

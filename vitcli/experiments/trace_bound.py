@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from vitcli.errors import UsageError
-from vitcli.experiments.trace import LEADING_KEPT
+from vitcli.experiments.trace_stages import LEADING_KEPT
 from vitcli.grid import PatchGrid
 
 # Measured with --weights random on ViT-Tiny (docs/commands/trace.md): about 165 bytes of memory and 35 bytes

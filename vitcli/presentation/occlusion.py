@@ -15,14 +15,8 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from vitcli.experiments.occlusion import (
-    Baseline,
-    ClassProbability,
-    Cover,
-    CoverOutcome,
-    PatchOcclusion,
-    QuadrantOcclusion,
-)
+from vitcli.experiments.occlusion import PatchOcclusion, QuadrantOcclusion
+from vitcli.presentation import occlusion_fields as fields
 from vitcli.render import weights_caption
 from vitcli.targets import EmbeddingScore
 
@@ -40,11 +34,12 @@ def table(result: Any) -> Any:
 @table.register
 def _quadrant_table(result: QuadrantOcclusion) -> Table:
     base = result.base
+    heading = f"{base.fill} quadrants, target {fields.short(base.target)}{fields.top1_note(base)}"
     quadrants = Table(
-        title=f"{base.source.display_path}\n{base.fill} quadrants, target {_short(base.target)}{_top1_note(base)}",
+        title=f"{base.source.display_path}\n{heading}",
         caption=weights_caption(base.weights),
     )
-    value, drop = _value_heads(base)
+    value, drop = fields.value_heads(base)
     for column in ("region", "box l,t,r,b", value, drop, "top-1 after", "max"):
         quadrants.add_column(
             column,
@@ -55,10 +50,10 @@ def _quadrant_table(result: QuadrantOcclusion) -> Table:
     for outcome in result.outcomes:
         quadrants.add_row(
             outcome.cover.name,
-            _box_text(outcome.cover.box),
+            fields.box_text(outcome.cover.box),
             f"{outcome.target_probability:.6f}",
-            _points(outcome.drop),
-            _top1_after(outcome),
+            fields.points(outcome.drop),
+            fields.top1_after(outcome),
             "<-" if outcome is largest else "",
             style="bold" if outcome is largest else None,
         )
@@ -70,18 +65,20 @@ def _patch_table(result: PatchOcclusion) -> Group:
     base, counts, largest, windows = result.base, result.counts, result.largest, result.windows
     facts = Table(
         title=f"{base.source.display_path}  {len(result.outcomes)} covers of {windows.size}x{windows.size} px, stride "
-        f"{windows.stride}, {base.fill} fill: target {_short(base.target)}",
+        f"{windows.stride}, {base.fill} fill: target {fields.short(base.target)}",
         caption=weights_caption(base.weights),
         show_header=False,
     )
     facts.add_column("quantity")
     facts.add_column("value")
-    facts.add_row(f"largest {_value_heads(base)[1]}", f"{_points(largest.drop)} at {_where(largest.cover)}")
+    facts.add_row(
+        f"largest {fields.value_heads(base)[1]}", f"{fields.points(largest.drop)} at {fields.where(largest.cover)}"
+    )
     facts.add_row(
         "covers lowering / raising / not changing it", f"{counts.lowered} / {counts.raised} / {counts.unchanged}"
     )
     facts.add_row(
-        f"{_value_heads(base)[0]} under a cover: min .. max",
+        f"{fields.value_heads(base)[0]} under a cover: min .. max",
         f"{counts.min_covered_probability:.6f} .. {counts.max_covered_probability:.6f}",
     )
     facts.add_row(
@@ -90,12 +87,12 @@ def _patch_table(result: PatchOcclusion) -> Group:
         if counts.top1_changed_covers
         else "not followed: the forward ends at the embedding"
         if base.top1 is None
-        else f"no: stays {_short(base.top1)}",
+        else f"no: stays {fields.short(base.top1)}",
     )
     if result.uncovered_pixels:
         facts.add_row("pixels no window reaches", str(result.uncovered_pixels))
-    strongest = Table(title=f"largest drops{_top1_note(base)}")
-    value, drop = _value_heads(base)
+    strongest = Table(title=f"largest drops{fields.top1_note(base)}")
+    value, drop = fields.value_heads(base)
     for column in ("cover", "row", "col", "box l,t,r,b", value, drop, "top-1 after"):
         strongest.add_column(
             column,
@@ -107,10 +104,10 @@ def _patch_table(result: PatchOcclusion) -> Group:
             outcome.cover.name,
             str(outcome.cover.row),
             str(outcome.cover.col),
-            _box_text(outcome.cover.box),
+            fields.box_text(outcome.cover.box),
             f"{outcome.target_probability:.6f}",
-            _points(outcome.drop),
-            _top1_after(outcome),
+            fields.points(outcome.drop),
+            fields.top1_after(outcome),
         )
     return Group(facts, strongest)
 
@@ -128,11 +125,11 @@ def _quadrant_rows(result: QuadrantOcclusion) -> list[dict[str, Any]]:
     largest = result.largest
     return [
         {
-            **_row_prefix(result.base),
+            **fields.row_prefix(result.base),
             "region": outcome.cover.name,
             **{
                 key: value
-                for key, value in _outcome_fields(outcome, result.base).items()
+                for key, value in fields.outcome_fields(outcome, result.base).items()
                 if key not in ("cover", "patch")
             },
             "largest_drop": outcome is largest,
@@ -145,7 +142,7 @@ def _quadrant_rows(result: QuadrantOcclusion) -> list[dict[str, Any]]:
 @rows.register
 def _patch_rows(result: PatchOcclusion) -> list[dict[str, Any]]:
     return [
-        {**_row_prefix(result.base), **_outcome_fields(outcome, result.base), "fill": result.base.fill}
+        {**fields.row_prefix(result.base), **fields.outcome_fields(outcome, result.base), "fill": result.base.fill}
         for outcome in result.outcomes
     ]
 
@@ -166,10 +163,10 @@ def document(result: Any) -> dict[str, Any]:
 @document.register
 def _quadrant_document(result: QuadrantOcclusion) -> dict[str, Any]:
     return {
-        **_baseline_json(result.base),
-        "drop_unit": _drop_unit(result.base),
+        **fields.baseline_json(result.base),
+        "drop_unit": fields.drop_unit(result.base),
         "largest_drop_region": result.largest.cover.name,
-        "quadrants": [_outcome_fields(outcome, result.base) for outcome in result.outcomes],
+        "quadrants": [fields.outcome_fields(outcome, result.base) for outcome in result.outcomes],
     }
 
 
@@ -177,12 +174,12 @@ def _quadrant_document(result: QuadrantOcclusion) -> dict[str, Any]:
 def _patch_document(result: PatchOcclusion) -> dict[str, Any]:
     windows = result.windows
     return {
-        **_baseline_json(result.base),
-        "drop_unit": _drop_unit(result.base),
+        **fields.baseline_json(result.base),
+        "drop_unit": fields.drop_unit(result.base),
         "window": {"size": windows.size, "stride": windows.stride, "rows": windows.rows, "cols": windows.cols},
         "summary": _patch_facts(result),
         "drop_grid_points": result.drop_grid.tolist(),
-        "covers": [_outcome_fields(outcome, result.base) for outcome in result.outcomes],
+        "covers": [fields.outcome_fields(outcome, result.base) for outcome in result.outcomes],
     }
 
 
@@ -219,8 +216,8 @@ def summary(result: Any) -> dict[str, Any]:
 def _quadrant_summary(result: QuadrantOcclusion) -> dict[str, Any]:
     largest = result.largest
     return {
-        "quadrants_target_class": _target_cell(result.base.target),
-        "quadrants_clean_probability": _clean_value(result.base.target),
+        "quadrants_target_class": fields.target_cell(result.base.target),
+        "quadrants_clean_probability": fields.clean_value(result.base.target),
         "quadrants_largest_drop_region": largest.cover.name,
         "quadrants_largest_drop_points": largest.drop,
         "quadrants_top1_changed": any(outcome.top1_changed for outcome in result.outcomes),
@@ -231,8 +228,8 @@ def _quadrant_summary(result: QuadrantOcclusion) -> dict[str, Any]:
 def _patch_summary(result: PatchOcclusion) -> dict[str, Any]:
     largest = result.largest
     return {
-        "occlusion_target_class": _target_cell(result.base.target),
-        "occlusion_clean_probability": _clean_value(result.base.target),
+        "occlusion_target_class": fields.target_cell(result.base.target),
+        "occlusion_clean_probability": fields.clean_value(result.base.target),
         "occlusion_largest_drop_cover": largest.cover.name,
         "occlusion_largest_drop_points": largest.drop,
         "occlusion_lowered": result.counts.lowered,
@@ -266,7 +263,7 @@ def _quadrant_figure(result: QuadrantOcclusion) -> Any:
         panel.set_yticks([])
     show_crop(clean, result.crop)
     symbol = "score" if isinstance(base.target, EmbeddingScore) else "p"
-    clean.set_title(f"clean: {symbol} = {_clean_value(base.target):.4g}", fontsize=11)
+    clean.set_title(f"clean: {symbol} = {fields.clean_value(base.target):.4g}", fontsize=11)
     largest = result.largest
     for panel, outcome, covered in zip(quadrants, result.outcomes, result.covered_crops, strict=True):
         show_crop(panel, covered)
@@ -274,13 +271,13 @@ def _quadrant_figure(result: QuadrantOcclusion) -> Any:
         marker = "\nlargest drop" if outcome is largest else ""
         panel.set_title(
             f"{outcome.cover.name}: {symbol} = {outcome.target_probability:.3g}\n"
-            f"drop {_points(outcome.drop)}{'' if symbol == 'score' else ' pts'}{marker}",
+            f"drop {fields.points(outcome.drop)}{'' if symbol == 'score' else ' pts'}{marker}",
             fontsize=9,
             fontweight="bold" if outcome is largest else "normal",
         )
     title(
         fig,
-        f"{base.source.display_name}: {_measure(base.target)}\nwith each quadrant covered ({base.fill} fill)",
+        f"{base.source.display_name}: {fields.measure(base.target)}\nwith each quadrant covered ({base.fill} fill)",
         base.weights,
     )
     return fig
@@ -302,7 +299,7 @@ def _patch_figure(result: PatchOcclusion) -> Any:
     outline(panels[1], largest.cover.box, color="black", width=2.5)
     panels[1].set_title(
         f"drop map, colour scale centred on 0\noutlined: largest drop, {largest.cover.name} "
-        f"(row {largest.cover.row}, col {largest.cover.col})\n{_points(largest.drop)} points",
+        f"(row {largest.cover.row}, col {largest.cover.col})\n{fields.points(largest.drop)} points",
         fontsize=9,
     )
     unit = (
@@ -313,128 +310,8 @@ def _patch_figure(result: PatchOcclusion) -> Any:
     fig.colorbar(mappable, ax=panels, shrink=0.8, pad=0.03, label=unit)
     title(
         fig,
-        f"{base.source.display_name}: drop in {_measure(base.target)} "
+        f"{base.source.display_name}: drop in {fields.measure(base.target)} "
         f"({len(result.outcomes)} covers {windows.size}x{windows.size} px, stride {windows.stride}, {base.fill} fill)",
         base.weights,
     )
     return fig
-
-
-# ----- small shared pieces
-
-
-def _baseline_json(base: Baseline) -> dict[str, Any]:
-    if isinstance(base.target, EmbeddingScore):
-        return {"weights": base.weights, "fill": base.fill, "target": base.target.to_json(), "clean_top1": None}
-    return {
-        "weights": base.weights,
-        "fill": base.fill,
-        "target": {
-            "kind": "class",
-            "class_index": base.target.index,
-            "label": base.target.label,
-            "clean_probability": base.target.probability,
-        },
-        "clean_top1": {"class_index": base.top1.index, "label": base.top1.label, "probability": base.top1.probability},
-    }
-
-
-def _row_prefix(base: Baseline) -> dict[str, Any]:
-    if isinstance(base.target, EmbeddingScore):
-        return {"target_kind": base.target.kind, "target_label": base.target.label, "clean_score": base.target.score}
-    return {
-        "target_class": base.target.index,
-        "target_label": base.target.label,
-        "clean_probability": base.target.probability,
-    }
-
-
-def _outcome_fields(outcome: CoverOutcome, base: Baseline) -> dict[str, Any]:
-    left, top, right, bottom = outcome.cover.box
-    if isinstance(base.target, EmbeddingScore):  # no class is read: the forward ends at the embedding
-        return {
-            "cover": outcome.cover.name,
-            "patch": f"P{outcome.cover.patch}" if outcome.cover.patch else "",
-            "row": outcome.cover.row,
-            "col": outcome.cover.col,
-            "left": left,
-            "top": top,
-            "right": right,
-            "bottom": bottom,
-            "target_score": outcome.target_probability,
-            "drop": outcome.drop,
-        }
-    return {
-        "cover": outcome.cover.name,
-        "patch": f"P{outcome.cover.patch}" if outcome.cover.patch else "",
-        "row": outcome.cover.row,
-        "col": outcome.cover.col,
-        "left": left,
-        "top": top,
-        "right": right,
-        "bottom": bottom,
-        "target_probability": outcome.target_probability,
-        "drop_points": outcome.drop,
-        "top1_class": outcome.top1.index,
-        "top1_label": outcome.top1.label,
-        "top1_probability": outcome.top1.probability,
-        "top1_changed": outcome.top1_changed,
-    }
-
-
-def _first_name(score: ClassProbability) -> str:
-    return score.label.split(",")[0]
-
-
-def _short(score: ClassProbability | EmbeddingScore) -> str:
-    if isinstance(score, EmbeddingScore):
-        return f"{score.label} ({score.target.unit} {score.score:.4f})"
-    return f"{score.index} {_first_name(score)} ({score.probability:.4f})"
-
-
-def _measure(score: ClassProbability | EmbeddingScore) -> str:
-    """What the covers move, in words: the class's probability or the embedding target's score."""
-    if isinstance(score, EmbeddingScore):
-        return f"{score.target.unit}, {score.label}"
-    return f"probability of {score.index} {_first_name(score)}"
-
-
-def _value_heads(base: Baseline) -> tuple[str, str]:
-    """The table's column heads of the covered value and of the drop."""
-    return ("target score", "drop") if isinstance(base.target, EmbeddingScore) else ("target p", "drop (pts)")
-
-
-def _drop_unit(base: Baseline) -> str:
-    if isinstance(base.target, EmbeddingScore):
-        return f"{base.target.target.unit}: clean - covered score"
-    return "percentage points: 100 x (clean - covered probability)"
-
-
-def _top1_note(base: Baseline) -> str:
-    return "" if base.top1 is None else "; * = top-1 changed"
-
-
-def _target_cell(score: ClassProbability | EmbeddingScore) -> int | str:
-    return score.label if isinstance(score, EmbeddingScore) else score.index
-
-
-def _clean_value(score: ClassProbability | EmbeddingScore) -> float:
-    return score.score if isinstance(score, EmbeddingScore) else score.probability
-
-
-def _box_text(box: tuple[int, int, int, int]) -> str:
-    return ",".join(str(value) for value in box)
-
-
-def _top1_after(outcome: CoverOutcome) -> str:
-    if outcome.top1 is None:
-        return ""
-    return f"{outcome.top1.index} {_first_name(outcome.top1)}" + ("*" if outcome.top1_changed else "")
-
-
-def _points(drop: float) -> str:
-    return f"{drop:+.4g}"
-
-
-def _where(cover: Cover) -> str:
-    return f"{cover.name} (row {cover.row}, col {cover.col}; box {_box_text(cover.box)})"

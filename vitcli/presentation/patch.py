@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Group
 from rich.table import Table
 
-from vitcli.experiments.patching import DENOMINATOR_TOLERANCE, ImageSide, KindScores, PatchResult
+from vitcli.experiments.patch_result import DENOMINATOR_TOLERANCE, ImageSide, KindScores, PatchResult
 from vitcli.render import weights_caption
 
 SCORE = "score = (M_patched - M_corrupt) / (M_clean - M_corrupt): 1 restores CLEAN's M, 0 changes nothing"

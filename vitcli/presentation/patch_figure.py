@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from vitcli.experiments.patching import KindScores, PatchResult
+from vitcli.experiments.patch_result import KindScores, PatchResult
 from vitcli.grid import PatchGrid
 
 COLUMNS = 6

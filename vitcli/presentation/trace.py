@@ -8,7 +8,8 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from vitcli.experiments.trace import SELF_CHECK_TOLERANCE, Stage, TraceResult
+from vitcli.experiments.trace import SELF_CHECK_TOLERANCE, TraceResult
+from vitcli.experiments.trace_stages import Stage
 from vitcli.presentation.predict import top_table
 from vitcli.render import weights_caption
 
