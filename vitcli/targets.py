@@ -217,22 +217,6 @@ def _read_direction(path: Path) -> dict[str, Any]:
     return {"direction": direction, "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def headless_refusal(model_name: str, command: str, takes_targets: bool) -> str:
-    """Why a command that reads class scores cannot run on a model without a classifier head: a command that can
-    follow an embedding target was given none (its options are named), any other needs the classes."""
-    if not takes_targets:
-        return (
-            f"{model_name} has no classifier head (num_classes=0): `{command}` needs class scores; "
-            "`patches` and `attend` work without one"
-        )
-    return (
-        f"{model_name} has no classifier head (num_classes=0): `{command}` needs class scores or a target in "
-        "embedding space (--target-image REF, --target-direction FILE.npy, --target-feature N or, on a model with a "
-        "text tower, --target-text TEXT); "
-        "`patches` and `attend` work without one"
-    )
-
-
 # ----- scoring (torch from here on)
 
 

@@ -126,7 +126,8 @@ def family_table() -> str:
     lines = [
         "Generated from `COMMAND_NEEDS` in `vitcli/capture/support.py` and the family adapters by `make docs`; "
         "`make docs-check` and the tests fail when this part and the code disagree. **yes**: runs; "
-        "**with a target**: needs --target-image, --target-direction or --target-feature (no classifier head); "
+        "**with a target**: needs --target-image, --target-direction or --target-feature (no classifier head), or "
+        "on a model with a text tower --target-text or zero-shot --labels; "
         "**no**: refused in one line (exit 2) before the weights load, naming what the family lacks.",
         "",
         "| " + " | ".join(header) + " |",
