@@ -341,3 +341,25 @@ def test_attribute_runs_on_a_zero_shot_label_from_the_command_line(cli, newfound
     assert document["target"]["label"] == "cat" and document["contrast"]["label"] == "dog"
     assert document["reconstruction"]["abs_difference"] < 1e-4
     assert document["pool_mlp_term"] is not None  # SigLIP's attention pooling, read through
+
+
+def test_every_command_shows_siglips_own_sigmoid_probability(sigmoid_pair, newfoundland):
+    """explain, occlusion, ablate and the faithfulness curves read a SigLIP label's probability as the model defines
+    it (sigmoid of its logit), not a softmax over the labels; CLIP keeps its softmax."""
+    from vitcli.experiments.ablation import HEAD, Ablation, Replacements, ablate
+    from vitcli.experiments.explain import explain
+    from vitcli.experiments.occlusion import baseline
+
+    model, _reference = sigmoid_pair
+    prepared = model.prepare(newfoundland)
+    logits = model.logits(prepared.input[None])[0].double()
+    sigmoid = torch.sigmoid(logits)
+    assert not torch.allclose(sigmoid, logits.softmax(dim=-1), atol=1e-3)  # the test can tell them apart
+    explained = explain(model, prepared, ["gradient"], "cat")
+    assert explained.target.probability == pytest.approx(float(sigmoid[1]), abs=1e-5)
+    assert baseline(model, prepared, "cat", "gray").target.probability == pytest.approx(float(sigmoid[1]), abs=1e-5)
+    ablated = ablate(model, prepared, [Ablation(1, HEAD, 1)], Replacements("zero"), 1)
+    assert ablated.target.probability == pytest.approx(float(sigmoid[1]), abs=1e-5)
+    clip = zero_shot_model(TINY_CLIP)
+    clip_logits = clip.logits(clip.prepare(newfoundland).input[None])[0]
+    torch.testing.assert_close(clip.probabilities(clip_logits), clip_logits.softmax(dim=-1))

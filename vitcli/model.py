@@ -227,6 +227,11 @@ class VitModel:
         size = max(1, min(self.batch_size, math.ceil(len(inputs) / self.streams)))
         return torch.cat(list(self.stream(self.net, inputs.split(size))))
 
+    def probabilities(self, logits: Tensor) -> Tensor:
+        """Class probabilities of (..., classes) logits as the model defines them: a softmax over the classes, or,
+        for SigLIP's zero-shot labels, an independent sigmoid per label (vitcli.zero_shot)."""
+        return self.zero_shot.probabilities(logits) if self.zero_shot is not None else logits.softmax(dim=-1)
+
     # ----- forwards of many copies of one image (covers, deletion curves)
 
     def embed(self, inputs: Tensor) -> Tensor:

@@ -211,8 +211,8 @@ def ablate(
     clean, ablated = ablation_logits(model, prepared, ablations, replacements, on_progress, embedding)
     if embedding is not None:
         return _embedding_result(model, prepared, ablations, replacements, embedding, clean, ablated)
-    clean_probabilities = clean.softmax(dim=-1)
-    probabilities = ablated.softmax(dim=-1)
+    clean_probabilities = model.probabilities(clean)
+    probabilities = model.probabilities(ablated)
     target = int(clean.argmax()) if target is None else target
     clean_top1 = int(clean.argmax())
     outcomes = []

@@ -121,7 +121,7 @@ def attribute(
         model_metric = float(embedding.score(logits[None].double())[0])
         followed, contrasted = EmbeddingScore(embedding.target, model_metric), None
     else:
-        probabilities = logits.softmax(dim=-1)
+        probabilities = model.probabilities(logits)
         model_metric = float(logits[target].double() - (logits[contrast].double() if contrast is not None else 0.0))
         followed = _class(model, target, probabilities)
         contrasted = None if contrast is None else _class(model, contrast, probabilities)

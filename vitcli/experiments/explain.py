@@ -300,7 +300,7 @@ def _class_target(
     """The explained class, the clean top-1 and the contrast class with their clean probabilities, and the logits."""
     if clean_logits is None:
         clean_logits = model.logits(prepared.input[None])[0]
-    clean = clean_logits.float().cpu().softmax(dim=-1)
+    clean = model.probabilities(clean_logits.float().cpu())
     target_index = resolve_target(model, target, clean)
     contrast_index = None if contrast is None else resolve_target(model, contrast, clean)
     if contrast_index == target_index:

@@ -227,7 +227,7 @@ def _target_probabilities(model, image, fill, jobs, target, on_progress) -> Tens
             if isinstance(target, BoundTarget):
                 results.append(target.score(outputs))
             else:
-                results.append(outputs.softmax(dim=-1)[:, target])
+                results.append(model.probabilities(outputs)[:, target])
             if on_progress is not None:
                 on_progress(len(outputs))
     return torch.cat(results)

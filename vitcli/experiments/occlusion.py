@@ -159,7 +159,7 @@ def baseline(
         return Baseline(prepared.source, model.spec.label, fill, score, None, target)
     if clean_logits is None:
         clean_logits = model.logits(prepared.input.unsqueeze(0))[0]
-    clean = clean_logits.softmax(dim=-1)
+    clean = model.probabilities(clean_logits)
     index = resolve_target(model, target, clean)
     top = int(clean.argmax())
     return Baseline(
@@ -210,7 +210,7 @@ def _covered_outputs(model: VitModel, image: Tensor, fill: Tensor, covers: Seque
 
 
 def _class_outcomes(model: VitModel, logits: Tensor, covers: Sequence[Cover], base: Baseline) -> list[CoverOutcome]:
-    probabilities = logits.softmax(dim=-1)
+    probabilities = model.probabilities(logits)
     best = probabilities.max(dim=-1)
     outcomes = []
     for row in range(len(probabilities)):

@@ -353,5 +353,5 @@ def _followed(pair: PairRun) -> str:
 
 def _side(model: VitModel, image: PreparedImage, logits: Tensor, m: float, classes: bool = True) -> ImageSide:
     """One image of the pair: its top classes (none when the forward ended at the embedding) and its M."""
-    top = top_classes(logits, logits.softmax(-1), model.labels, TOP_SHOWN) if classes else []
+    top = top_classes(logits, model.probabilities(logits), model.labels, TOP_SHOWN) if classes else []
     return ImageSide(image.source, image.crop_uint8(), top, m)

@@ -168,14 +168,14 @@ def road(
     batches = torch.stack(imputed).split(model.batch_size)
     with output_of(model, target):
         for outputs in model.stream(model.image_logits, batches):
-            probabilities.append(_measure(outputs, target))
+            probabilities.append(_measure(model, outputs, target))
             if on_progress is not None:
                 on_progress(len(outputs))
     curves = torch.cat(probabilities).double().numpy().reshape(len(maps), len(percents), 2)
     removed = np.array(counts).reshape(len(maps), len(percents), 2)
     if clean_probability is None:
         with output_of(model, target):
-            clean_probability = float(_measure(model.logits(image[None]), target)[0])
+            clean_probability = float(_measure(model, model.logits(image[None]), target)[0])
     methods = [
         MethodRoad(method, curves[index, :, 0], curves[index, :, 1], *(removed[index].T.tolist()))
         for index, method in enumerate(maps)
@@ -183,6 +183,6 @@ def road(
     return Road(list(percents), seed, NOISE, clean_probability, methods)
 
 
-def _measure(outputs: Tensor, target: int | BoundTarget) -> Tensor:
+def _measure(model: VitModel, outputs: Tensor, target: int | BoundTarget) -> Tensor:
     """The target probability of each output row, or an embedding target's score of pooled embeddings."""
-    return target.score(outputs) if isinstance(target, BoundTarget) else outputs.softmax(dim=-1)[:, target]
+    return target.score(outputs) if isinstance(target, BoundTarget) else model.probabilities(outputs)[:, target]
