@@ -147,3 +147,13 @@ def test_figures_draw_file_names_and_labels_as_written(hostile, command):
         ]
     finally:
         plt.close(figure)
+
+
+def test_progress_bar_names_images_as_written():
+    """The progress bar's description (`occluding NAME`) is printed as written."""
+    from vitcli.runner import progress_display
+
+    with progress_display(True) as progress:
+        task = progress.add_task(f"occluding {IMAGE_NAME}", total=1)
+        shown = progress.columns[0].render(progress.tasks[task])
+    assert shown.plain == f"occluding {IMAGE_NAME}"
