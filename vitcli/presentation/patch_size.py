@@ -153,11 +153,8 @@ def table(result: PatchSizeComparison) -> Group:
                 f"{prediction.native_top1_probability:.4f}",
             )
         tables.append(adapted)
-    tables[-1].caption = Text("\n").join(
-        Text(part) if isinstance(part, str) else part
-        for part in (tables[-1].caption, weights_caption(result.weights))
-        if part
-    )
+    caption, weights = tables[-1].caption, weights_caption(result.weights)
+    tables[-1].caption = Text.assemble(caption, "\n", weights) if caption else weights
     return Group(*tables)
 
 
