@@ -83,8 +83,9 @@ def overlay(
 
 
 def title(fig: Any, text: str, weights: str) -> None:
-    """A figure title that always names the weights."""
-    fig.suptitle(f"{text}\n{weights_note(weights)}", fontsize=10)
+    """A figure title that always names the weights. Drawn as written: a title holds file names and labels, and
+    matplotlib would read `cost $5 and $6` as maths (every text from a user gets parse_math=False)."""
+    fig.suptitle(f"{text}\n{weights_note(weights)}", fontsize=10, parse_math=False)
 
 
 DIVERGING = "RdBu_r"  # red above 0, blue below, white at 0

@@ -1,4 +1,10 @@
-"""Small pieces of presentation that every table and figure shares."""
+"""Small pieces of presentation that every table and figure shares.
+
+Every text from a user (a file name, a class label, a config value) reaches a page as written: rich reads a str
+title, caption, header or cell as markup (`[red]dog[/red]` would lose its brackets, `:dog:` become an emoji), so
+every table is printed through `fitted`, which turns them into plain Text; the one styled piece, the random weights'
+warning, is a Text already. Figures draw a user's text with `parse_math=False` (vitcli.figures).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.table import Table
     from rich.text import Text
 
 
@@ -14,11 +21,14 @@ def is_random(weights: str) -> bool:
     return weights.startswith("RANDOM")
 
 
-def weights_caption(weights: str) -> str:
-    """A table caption naming the weights; random weights are called out so nobody reads meaning into them."""
+def weights_caption(weights: str) -> Text:
+    """A table caption naming the weights; random weights are called out so nobody reads meaning into them. A Text
+    (join it to other lines with Text.assemble): a str caption is printed as written, without style."""
+    from rich.text import Text
+
     if is_random(weights):
-        return f"[bold red]{weights} WEIGHTS: untrained model, the numbers mean nothing[/bold red]"
-    return f"weights: {weights}"
+        return Text(f"{weights} WEIGHTS: untrained model, the numbers mean nothing", style="bold red")
+    return Text(f"weights: {weights}")
 
 
 def weights_note(weights: str) -> str:
@@ -52,17 +62,23 @@ def _fitted(renderable: Any, console: Console, options: ConsoleOptions) -> Rende
         for part in renderable.renderables:
             yield from _fitted(part, console, options)
         return
-    if not isinstance(renderable, Table) or renderable.width is not None:
+    if isinstance(renderable, str):
+        yield _plain(renderable)
+        return
+    if not isinstance(renderable, Table):
         yield renderable
         return
-    table = copy.copy(renderable)
+    table = _literal(renderable)
+    if table.width is not None:
+        yield table
+        return
     if table.title:
-        words = _text(console, table.title).plain.split()
+        words = table.title.plain.split()
         longest = max((len(word) for word in words), default=0)
         if longest > console.measure(table, options=options).maximum:
             table.min_width = min(options.max_width, longest)
     if table.caption:
-        caption = _text(console, table.caption, style=table.caption_style or "table.caption")
+        caption = table.caption.copy()
         width = console.measure(table, options=options).maximum
         if width < options.max_width and any(len(line) > width for line in caption.plain.splitlines()):
             table.caption = None
@@ -72,6 +88,28 @@ def _fitted(renderable: Any, console: Console, options: ConsoleOptions) -> Rende
     yield table
 
 
-def _text(console: Console, text: Any, style: Any = "") -> Text:
-    """A title or caption as rich shows it: a string is markup (captions use it for the weights' warning)."""
-    return console.render_str(text, style=style, highlight=False) if isinstance(text, str) else text.copy()
+def _literal(table: Table) -> Table:
+    """A copy of the table whose str title, caption, headers, footers and cells are plain Text (nested tables too),
+    styled as rich styles a str."""
+    from rich.table import Table
+
+    literal = copy.copy(table)
+    literal.title = _plain(table.title, table.title_style or "table.title")
+    literal.caption = _plain(table.caption, table.caption_style or "table.caption")
+    literal.columns = []
+    for column in table.columns:
+        column = copy.copy(column)
+        column.header, column.footer = _plain(column.header), _plain(column.footer)
+        column._cells = [_literal(cell) if isinstance(cell, Table) else _plain(cell) for cell in column._cells]
+        literal.columns.append(column)
+    return literal
+
+
+def _plain(text: Any, style: Any = "") -> Any:
+    """A str as plain Text in `style`; a Text keeps its own styles over `style` (a title or caption in the table's
+    title or caption style, as a str would be); any other renderable is left as it is."""
+    from rich.text import Text
+
+    if isinstance(text, str) or (isinstance(text, Text) and style):
+        return Text.assemble(text, style=style)
+    return text

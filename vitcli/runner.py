@@ -352,7 +352,7 @@ def progress_display(enabled: bool) -> Iterator[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # descriptions name images: a file name is no markup
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.ablation import HEAD, AblationResult, AblationSpreads
 from vitcli.render import weights_caption
@@ -39,7 +40,7 @@ def table(result: AblationResult) -> Table:
             f"(clean logit {result.clean_logit:.4g}, "
             f"p {result.target.probability:.4g}; clean top-1 {_class_text(result.clean_top1)})"
         ),
-        caption=f"{_definition(result.mode, result.reference)}\n{weights_caption(result.weights_label)}",
+        caption=Text.assemble(_definition(result.mode, result.reference), "\n", weights_caption(result.weights_label)),
     )
     for column in ("ablated", "logit change", "target p", "p change", "top-1", "changed"):
         view.add_column(column, justify="left" if column == "top-1" else "right")
@@ -59,7 +60,7 @@ def _embedding_table(result: AblationResult) -> Table:
     view = Table(
         title=f"{result.source.display_path}\nablating for {_class_text(result.target)} (clean score "
         f"{result.clean_logit:.4g})",
-        caption=f"{_definition(result.mode, result.reference)}\n{weights_caption(result.weights_label)}",
+        caption=Text.assemble(_definition(result.mode, result.reference), "\n", weights_caption(result.weights_label)),
     )
     for column in ("ablated", "score", "score change"):
         view.add_column(column, justify="right")
@@ -216,7 +217,7 @@ def spread_table(spread: AblationSpreads) -> Table:
     images = spread.spreads[0].images
     view = Table(
         title=f"{spread.mode}-ablation over {images} images (each image's own target)",
-        caption=f"{_definition(spread.mode, spread.reference)}\n{weights_caption(spread.weights_label)}",
+        caption=Text.assemble(_definition(spread.mode, spread.reference), "\n", weights_caption(spread.weights_label)),
     )
     for column in ("ablated", f"mean {spread.measure} change", "mean p change", "top-1 changed"):
         view.add_column(column, justify="right")

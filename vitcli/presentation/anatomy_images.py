@@ -19,14 +19,16 @@ from vitcli.render import is_random, weights_caption
 NO_LABEL = "weights: see the provenance"
 
 
-def images_caption(result: Any) -> str:
+def images_caption(result: Any) -> str | Text:
     """The caption under a table of a result over images (pca and norms use it too): weights, images left out."""
     weights = getattr(result, "weights", None)
     caption = weights_caption(weights) if weights else NO_LABEL
     skipped = getattr(result, "skipped", [])
     if skipped:  # said under every view's table, so nobody reads the numbers as covering every image given
-        caption += f"\nleft out {counted(len(skipped), 'image')} that cannot be read: {skipped[0]}"
-        caption += " ..." if len(skipped) > 1 else ""
+        more = " ..." if len(skipped) > 1 else ""
+        caption = Text.assemble(
+            caption, f"\nleft out {counted(len(skipped), 'image')} that cannot be read: {skipped[0]}{more}"
+        )
     return caption
 
 
@@ -106,7 +108,7 @@ class DistanceView(View):
         if heads <= 16:
             panel.legend(fontsize=6, ncol=2, loc="lower right")
         title = f"mean attention distance over {len(result.sources)} images"
-        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10, parse_math=False)
         return fig
 
     @staticmethod
@@ -172,7 +174,9 @@ class CkaView(View):
         panel.set_xlabel("block")
         panel.set_ylabel("block")
         fig.colorbar(image, ax=panel, shrink=0.8, label="linear CKA")
-        fig.suptitle(f"CKA between blocks over {result.used} images\n{images_figure_note(result)}", fontsize=10)
+        fig.suptitle(
+            f"CKA between blocks over {result.used} images\n{images_figure_note(result)}", fontsize=10, parse_math=False
+        )
         return fig
 
     @staticmethod

@@ -105,10 +105,10 @@ class PcaView(View):
                 rgb = np.where(result.mask[image][..., None], rgb, 0.0)
             panel.imshow(rgb, interpolation="nearest")
             name = escaped_path(result.sources[image].path.name)
-            panel.set_title(name if index % 2 == 0 else "foreground", fontsize=6)
+            panel.set_title(name if index % 2 == 0 else "foreground", fontsize=6, parse_math=False)
         shown = f"the first {count} of {len(result.sources)}" if count < len(result.sources) else f"{count}"
         title = f"PCA of patch features to RGB, {shown} images; foreground: component 1 > {result.threshold:g}"
-        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10, parse_math=False)
         return fig
 
     @staticmethod
@@ -219,7 +219,7 @@ class NormsView(View):
             panel.set_title(f"block {index + 1}", fontsize=7)
             panel.tick_params(labelsize=5)
         title = f"token norms per block over {len(result.sources)} images; dashed: {result.factor:g} x median"
-        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10)
+        fig.suptitle(f"{title}\n{images_figure_note(result)}", fontsize=10, parse_math=False)
         return fig
 
     @staticmethod

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from rich.table import Table
+from rich.text import Text
 from torch import Tensor
 
 from vitcli.experiments.attention import (
@@ -34,9 +35,12 @@ def table(result: QueryAttention) -> Table:
         single = titled_table(
             result.source.display_path,
             f"block {row.block}{stage_note(result)}, head {row.head}: attention of {query_label(result.query)}",
-            f"{cls_note(result.grid, row.attention)}self attention "
-            f"{percent(row.attention[result.query.token])}%, sum over all {result.grid.num_tokens} sources "
-            f"{row.total:.6f}\n{self_check_caption(result.self_check, result.weights, result.self_check_what)}",
+            Text.assemble(
+                f"{cls_note(result.grid, row.attention)}self attention "
+                f"{percent(row.attention[result.query.token])}%, sum over all {result.grid.num_tokens} sources "
+                f"{row.total:.6f}\n",
+                self_check_caption(result.self_check, result.weights, result.self_check_what),
+            ),
         )
         return ranked_sources(single, result.grid, row.top(result.top_k), "attention %")
     many = titled_table(
@@ -186,14 +190,15 @@ def cls_note(grid: PatchGrid, attention: Tensor) -> str:
     return f"CLS attention {percent(attention[0])}%, " if has_class_token(grid) else ""
 
 
-def self_check_caption(self_check: dict[int, float], weights: str, what: str = EXPLICIT_CHECK) -> str:
-    return (
+def self_check_caption(self_check: dict[int, float], weights: str, what: str = EXPLICIT_CHECK) -> Text:
+    return Text.assemble(
         f"self-check: {CHECK_CAPTION[what]}, max |difference| {max(self_check.values()):.2g} "
-        f"(tolerance {SELF_CHECK_TOLERANCE:g})\n{weights_caption(weights)}"
+        f"(tolerance {SELF_CHECK_TOLERANCE:g})\n",
+        weights_caption(weights),
     )
 
 
-def titled_table(shown_path: str, what: str, caption: str) -> Table:
+def titled_table(shown_path: str, what: str, caption: str | Text) -> Table:
     """A table titled by what it shows (kept on one line) and the image it shows it for (its path as shown)."""
     return Table(title=f"{what}\n{shown_path}", caption=caption, min_width=len(what) + 4)
 

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.attention import SELF_CHECK_TOLERANCE, patch_map
 from vitcli.experiments.attention_pool import POOL_CHECK, PoolAttention
@@ -26,11 +27,12 @@ from vitcli.render import weights_caption
 WHO = "the attention pooling's latent query"
 
 
-def caption(result: PoolAttention) -> str:
+def caption(result: PoolAttention) -> Text:
     latents = f"; the first of its {result.latents} latent queries" if result.latents > 1 else ""
-    return (
+    return Text.assemble(
         f"self-check: pattern vs its weights' softmax and proj(pattern @ v) vs the pooling's output, max |difference| "
-        f"{result.self_check:.2g} (tolerance {SELF_CHECK_TOLERANCE:g}){latents}\n{weights_caption(result.weights)}"
+        f"{result.self_check:.2g} (tolerance {SELF_CHECK_TOLERANCE:g}){latents}\n",
+        weights_caption(result.weights),
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.attention import SELF_CHECK_TOLERANCE
 from vitcli.experiments.attention_summary import AttentionSummary
@@ -25,10 +26,12 @@ def table(result: AttentionSummary) -> Table:
     summary_table = titled_table(
         result.source.display_path,
         f"attention summary of {_query_label(result)}",
-        "entropy of the row in bits; mean distance between query and patch sources in patches, weighted by their "
-        "share of the patch attention"
-        f"\nself-check max |difference| {worst:.2g} (tolerance {SELF_CHECK_TOLERANCE:g})"
-        f"\n{weights_caption(result.weights)}",
+        Text.assemble(
+            "entropy of the row in bits; mean distance between query and patch sources in patches, weighted by their "
+            "share of the patch attention"
+            f"\nself-check max |difference| {worst:.2g} (tolerance {SELF_CHECK_TOLERANCE:g})\n",
+            weights_caption(result.weights),
+        ),
     )
     top = "top source (mean attention %)" if result.query is None else "top source (attention %)"
     for column in ("block", "head", "CLS %", "entropy (bits)", "mean distance", top):

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.attribution import (
     ATTENTION,
@@ -102,7 +103,7 @@ def component_name(term: Term, token_names: tuple[str, ...]) -> str:
 def table(result: AttributionResult) -> Table:
     view = Table(
         title=f"{result.source.display_path}\ndirect logit attribution of the {_metric_text(result)}, by {result.by}",
-        caption=f"{_definition(result)}\n{_check_text(result)}\n{weights_caption(result.weights_label)}",
+        caption=Text.assemble(f"{_definition(result)}\n{_check_text(result)}\n", weights_caption(result.weights_label)),
     )
     embedding = result.block_terms[0].value
     if result.by == "block":

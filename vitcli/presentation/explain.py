@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
@@ -64,10 +65,11 @@ def _check_text(result: Explanation) -> str:
 def table(result: Explanation, top: int = TOP_PATCHES) -> Group:
     maps = Table(
         title=f"{result.source.display_path}\ntop patches per method for {_target_text(result)}",
-        caption=(
+        caption=Text.assemble(
             "raw values, each method in its own unit: "
             + "; ".join(f"{item.method}: {item.unit}" for item in result.maps)
-            + f"\n{_check_text(result)}{weights_caption(result.weights_label)}"
+            + f"\n{_check_text(result)}",
+            weights_caption(result.weights_label),
         ),
         min_width=90,
     )
@@ -90,7 +92,7 @@ def faithfulness_table(result: Explanation) -> Table:
     assert curves is not None
     table = Table(
         title=f"faithfulness on this image: {curves.steps} steps of {curves.patches} patches, {result.fill} fill",
-        caption=f"{curves.definition}\n{_random_text(curves)}{weights_caption(result.weights_label)}",
+        caption=Text.assemble(f"{curves.definition}\n{_random_text(curves)}", weights_caption(result.weights_label)),
         min_width=100,
     )
     for column in ("method", "deletion AUC", "rank (deletion)", "insertion AUC", "rank (insertion)"):
@@ -363,7 +365,7 @@ def _draw_curves(part: Any, result: Explanation) -> None:
         better = "lower" if kind == "deletion" else "higher"
         panel.set_xlabel(f"fraction of patches {moved} ({result.fill} fill), most relevant first")
         followed = f"class {curves.target}" if curves.measure == "probability" else str(curves.target)
-        panel.set_ylabel(f"{curves.measure} of {followed}")
+        panel.set_ylabel(f"{curves.measure} of {followed}", parse_math=False)  # a text target, as written
         panel.set_title(f"{kind}: {better} AUC is better", fontsize=10)
         panel.set_xlim(0, 1)
         panel.legend(fontsize=7)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from rich.table import Table
+from rich.text import Text
 from torch import Tensor
 
 from vitcli.experiments.explore import PRECISION, Exploration
@@ -33,8 +34,11 @@ def table(result: Exploration) -> Table:
     explorer = Table(
         title=f"attention explorer: {len(result.blocks)} blocks x {result.heads} heads x "
         f"{result.grid.num_tokens} x {result.grid.num_tokens}\n{result.source.display_path}",
-        caption=f"{PRECISION}; largest |stored - exact| measured {stored['attention']:.2g}\n"
-        f"open the .html file in a browser: click a patch, move with the arrow keys\n{weights_caption(result.weights)}",
+        caption=Text.assemble(
+            f"{PRECISION}; largest |stored - exact| measured {stored['attention']:.2g}\n"
+            "open the .html file in a browser: click a patch, move with the arrow keys\n",
+            weights_caption(result.weights),
+        ),
     )
     for column in ("block", "head", "mean CLS attention %", "mean self attention %", "largest weight %"):
         explorer.add_column(column, justify="right")

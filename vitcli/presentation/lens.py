@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.lens import CLS, PATCH_MEAN, LensReadout, LensResult
 from vitcli.render import weights_caption
@@ -28,10 +29,10 @@ def _top1_text(readout: LensReadout) -> str:
 def table(result: LensResult) -> Table:
     lens = Table(
         title=f"{result.source.display_path}\nlogit lens for {_target_text(result)}",
-        caption=(
+        caption=Text.assemble(
             f"{DEFINITION.format(own=result.own_readout)}\nrank 1 = the largest logit; block {result.depth} "
-            f"{result.own_readout} readout vs the model's logits: max |difference| {result.final_difference:g}"
-            f"\n{weights_caption(result.weights_label)}"
+            f"{result.own_readout} readout vs the model's logits: max |difference| {result.final_difference:g}\n",
+            weights_caption(result.weights_label),
         ),
     )
     for column in ("block", "CLS target p", "CLS rank", "CLS top-1", "patch mean target p", "rank", "patch mean top-1"):

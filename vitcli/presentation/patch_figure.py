@@ -48,7 +48,7 @@ def patch_figure(result: PatchResult) -> Any:
         figures.show_crop(panel, side.crop)
         panel.set_xticks([])
         panel.set_yticks([])
-        panel.set_title(f"{role}: {side.source.display_name}\nM = {side.m:+.3f}", fontsize=8)
+        panel.set_title(f"{role}: {side.source.display_name}\nM = {side.m:+.3f}", fontsize=8, parse_math=False)
     sublayers = [kinds[kind] for kind in ("attention", "mlp") if kind in kinds]
     if sublayers:
         _bars(fig.add_subplot(layout[0, 2:4]), sublayers)

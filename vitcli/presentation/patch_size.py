@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.patch_size import PatchSizeComparison, PatchSizeRow
 from vitcli.experiments.patch_size_adapt import ADAPTED_NOTE, AdaptedRun
@@ -152,7 +153,8 @@ def table(result: PatchSizeComparison) -> Group:
                 f"{prediction.native_top1_probability:.4f}",
             )
         tables.append(adapted)
-    tables[-1].caption = "\n".join(filter(None, [tables[-1].caption, weights_caption(result.weights)]))
+    caption, weights = tables[-1].caption, weights_caption(result.weights)
+    tables[-1].caption = Text.assemble(caption, "\n", weights) if caption else weights
     return Group(*tables)
 
 

@@ -25,7 +25,7 @@ def _meaning(result: Prediction) -> str:
     return "softmax over the labels" if result.zero_shot is not None else "softmax over all classes"
 
 
-def top_table(scores: list[ClassScore], title: str, caption: str | None = None) -> Table:
+def top_table(scores: list[ClassScore], title: str, caption: str | Text | None = None) -> Table:
     """Ranked classes with their probability and logit (predict's table; trace shows its top classes the same way)."""
     top = Table(title=title, caption=caption)
     for column in ("rank", "class", "label", "probability", "logit"):
@@ -63,7 +63,7 @@ def figure(result: Prediction) -> Any:
     names = [f"{score.index} {_short(score.label)}" for score in scores]
     positions = range(len(scores))
     axes.barh(positions, [score.probability for score in scores], color="tab:blue")
-    axes.set_yticks(positions, names, fontsize=9)
+    axes.set_yticks(positions, names, fontsize=9, parse_math=False)  # class labels, as written
     axes.invert_yaxis()
     top = max(score.probability for score in scores)
     axes.set_xlim(0, min(1.0, top * 1.25) or 1.0)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.probe import ProbeResult
 from vitcli.filenames import escaped_path
@@ -18,7 +19,7 @@ MISTAKES_SHOWN = 10
 def table(result: ProbeResult) -> Group:
     facts = Table(
         title=f"linear probe on {result.model_name} features: {result.root}",
-        caption=weights_caption(result.weights) + " (backbone, frozen)",
+        caption=Text.assemble(weights_caption(result.weights), " (backbone, frozen)"),
         show_header=False,
     )
     facts.add_column("fact")
@@ -115,8 +116,8 @@ def figure(result: ProbeResult) -> Any:
     fig, (panel,) = figures.figure(1, size=max(3.5, 0.6 * count + 2.5))
     matrix = np.array(result.confusion)
     image = panel.imshow(matrix, cmap="Blues", vmin=0, vmax=max(int(matrix.max()), 1))
-    panel.set_xticks(range(count), result.classes, rotation=45, ha="right")
-    panel.set_yticks(range(count), result.classes)
+    panel.set_xticks(range(count), result.classes, rotation=45, ha="right", parse_math=False)  # folder names
+    panel.set_yticks(range(count), result.classes, parse_math=False)
     panel.set_xlabel("predicted")
     panel.set_ylabel("true class")
     if count <= 20:

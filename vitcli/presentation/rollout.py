@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from vitcli.experiments.attention import SELF_CHECK_TOLERANCE, patch_map
 from vitcli.experiments.rollout import Rollout
@@ -31,9 +32,12 @@ def table(result: Rollout) -> Table:
     rollout_table = titled_table(
         result.source.display_path,
         f"{method(result)}: row of {query_label(result.query)}",
-        f"rollout (Abnar and Zuidema 2020), not a single head's attention: CLS {percent(result.row[0])}%, "
-        f"sum {float(result.row.sum()):.6f}\nself-check max |difference| {worst:.2g} "
-        f"(tolerance {SELF_CHECK_TOLERANCE:g})\n{weights_caption(result.weights)}",
+        Text.assemble(
+            f"rollout (Abnar and Zuidema 2020), not a single head's attention: CLS {percent(result.row[0])}%, "
+            f"sum {float(result.row.sum()):.6f}\nself-check max |difference| {worst:.2g} "
+            f"(tolerance {SELF_CHECK_TOLERANCE:g})\n",
+            weights_caption(result.weights),
+        ),
     )
     return ranked_sources(rollout_table, result.grid, result.top(result.top_k), "rollout %")
 
