@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from vitcli.commands.occlude import TargetOption
 from vitcli.commands.target_options import (
     ContrastTextOption,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetOption,
     TargetTextOption,
 )
 from vitcli.context import CommandContext

@@ -21,12 +21,12 @@ from vitcli.commands.explain_options import (
     SanitySeedOption,
     SanityThresholdOption,
 )
-from vitcli.commands.occlude import TargetOption
 from vitcli.commands.target_options import (
     ContrastTextOption,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetOption,
     TargetTextOption,
 )
 from vitcli.context import CommandContext

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vitcli.commands.occlude import TargetOption
+from vitcli.commands.target_options import TargetOption
 from vitcli.context import CommandContext
 from vitcli.jobs.lens import lens_jobs
 from vitcli.options import ImagesArgument

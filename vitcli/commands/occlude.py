@@ -12,23 +12,13 @@ from vitcli.commands.target_options import (
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetOption,
     TargetTextOption,
 )
 from vitcli.context import CommandContext
 from vitcli.jobs.occlude import Fill, occlude_patches_jobs, occlude_quadrants_jobs
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
-
-TargetOption = Annotated[
-    str | None,
-    typer.Option(
-        "--target",
-        "-t",
-        help="Class to follow: an index (256) or a label (Newfoundland). Default: the clean top-1.",
-        show_default=False,
-    ),
-]
-
 
 FillOption = Annotated[
     Fill,

@@ -1,5 +1,5 @@
-"""The options that name a target in embedding space (vitcli.targets), shared by every command that follows a
-target, as Typer types; what a job keeps of them is vitcli.jobs.following."""
+"""The options that name what a command follows, shared by every command that follows a target, as Typer types: a
+class (--target) or a target in embedding space (vitcli.targets). What a job keeps of them is vitcli.jobs.following."""
 
 from __future__ import annotations
 
@@ -9,6 +9,16 @@ from typing import Annotated
 import typer
 
 _PANEL = "Targets in embedding space (any model, with or without a class head)"
+
+TargetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        "-t",
+        help="Class to follow: an index (256) or a label (Newfoundland). Default: the clean top-1.",
+        show_default=False,
+    ),
+]
 
 TargetImageOption = Annotated[
     Path | None,
