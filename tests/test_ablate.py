@@ -262,7 +262,7 @@ def test_different_heads_get_different_names():
 
 
 def job_name(options: dict) -> str:
-    from vitcli.commands.ablate import ablate_jobs
+    from vitcli.jobs.ablate import ablate_jobs
     from vitcli.loading import describe
     from vitcli.spec import WeightsSpec
 

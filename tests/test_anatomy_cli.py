@@ -184,8 +184,8 @@ def test_the_api_returns_a_result_per_view_with_dataframes(vit, folder, measured
 
 
 def test_the_commands_defaults_are_the_computations(vit):
-    from vitcli.commands import anatomy as command
     from vitcli.experiments import anatomy_images as experiment
+    from vitcli.jobs import anatomy as command
 
     assert command.DEFAULT_NORM_FACTOR == experiment.DEFAULT_NORM_FACTOR
     assert command.DEFAULT_PCA_THRESHOLD == experiment.DEFAULT_PCA_THRESHOLD

@@ -179,9 +179,9 @@ def test_a_default_top_k_fits_a_two_class_model_and_an_explicit_one_must(cli, ph
 
 
 def test_model_dependent_defaults_are_resolved_against_the_architecture():
-    from vitcli.commands.attend import AttendJob, View
-    from vitcli.commands.compare import CompareJob
-    from vitcli.commands.predict import PredictJob
+    from vitcli.jobs.attend import AttendJob, View
+    from vitcli.jobs.compare import CompareJob
+    from vitcli.jobs.predict import PredictJob
     from vitcli.loading import describe
     from vitcli.spec import WeightsSpec
 

@@ -248,7 +248,7 @@ def test_one_setting_spelled_several_ways_gets_one_name(command, spellings):
 
 
 def test_two_mask_folders_of_one_name_are_two_settings(tmp_path):
-    from vitcli.commands.explain import explain_jobs
+    from vitcli.jobs.explain import explain_jobs
     from vitcli.loading import describe
     from vitcli.spec import WeightsSpec
 

@@ -155,9 +155,9 @@ def test_command_refuses_bad_audit_options_before_the_model_loads(cli, photo, ar
 
 def test_progress_total_equals_the_steps_reported(tiny2, photo):
     """The progress bar's total counts every pass the maps and audits report, no more, no less."""
-    from vitcli.commands.explain import ExplainJob
     from vitcli.experiments.explain_options import AuditOptions, GradientOptions
     from vitcli.jobs import ImageWork, Steps
+    from vitcli.jobs.explain import ExplainJob
 
     class Counted(Steps):
         def __init__(self):

@@ -155,9 +155,9 @@ def test_an_edge_map_fails_at_every_step_and_a_gradient_map_moves(trained_like, 
 def test_presentation_writes_the_steps_arrays_rows_and_figure(trained_like, photo):
     import io
 
-    from vitcli.commands.explain import ExplainJob
     from vitcli.experiments.explain_audits import audit
     from vitcli.experiments.explain_options import AuditOptions
+    from vitcli.jobs.explain import ExplainJob
 
     prepared = trained_like.prepare(photo)
     options = AuditOptions(sanity=True, sanity_seed=2)

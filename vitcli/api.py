@@ -346,9 +346,9 @@ def anatomy(
     """`vitcli anatomy`: filters, positions (the weights alone), distance, cka, pca, norms (over `images`: files,
     folders or globs). Options: view (one name: a Result; a list or none: a dict of Results by view), norm_factor,
     pca_threshold, cka_minibatch. Each Result's to_frame() is the view's CSV."""
-    from vitcli.commands.anatomy import anatomy_jobs, check_image_count
     from vitcli.context import check_jobs
     from vitcli.images import resolve_images
+    from vitcli.jobs.anatomy import anatomy_jobs, check_image_count
 
     _check_model(model)
     single = isinstance(options.get("view"), str)

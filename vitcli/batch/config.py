@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vitcli.errors import UsageError
-from vitcli.job_registry import JOB_MODULES, import_command, job_builder, job_commands
+from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
 from vitcli.jobs import Job
 from vitcli.options import SHARED_NAMES
 
@@ -224,9 +224,10 @@ def _click_parameters(command: str) -> dict[str, Any]:
     """The command's parameters as Typer built them for the command line."""
     import typer.main
 
+    from vitcli.commands import import_command_line
     from vitcli.shell import app
 
-    import_command(command)  # registers the command on the app, whoever imported what before
+    import_command_line(command)
     click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
     context = click_command.context_class(click_command)
     for parameter in click_command.params:

@@ -1,25 +1,18 @@
-"""explain's options for the input-gradient methods and the audits: Typer types, and their parts of a result's
-name and settings (kept apart so commands/explain.py stays readable)."""
+"""explain's options for the input-gradient methods and the audits as Typer types (kept apart so commands/explain.py
+stays readable); their parts of a result's name and settings are vitcli.jobs.explain_options."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from vitcli.experiments.explain_options import MAX_IG_STEPS, MAX_SAMPLES, AuditOptions, GradientOptions
-from vitcli.naming import path_hash, safe_name, setting
+from vitcli.experiments.explain_options import MAX_IG_STEPS, MAX_SAMPLES
+from vitcli.jobs.explain_options import Baseline
 
 _GRADIENTS = "Input-gradient options (ig, smoothgrad, gradient)"
 _AUDITS = "Audits of the maps"
-
-
-class Baseline(StrEnum):
-    gray = "gray"
-    black = "black"
-    blur = "blur"
 
 
 ContrastOption = Annotated[
@@ -115,29 +108,3 @@ SanityThresholdOption = Annotated[
         rich_help_panel=_AUDITS,
     ),
 ]
-
-
-def audit_name_parts(audits: AuditOptions, gradients: GradientOptions) -> list[str | None]:
-    # The folder's name and a hash of where it is: two folders called `masks` are two settings.
-    masks = None if audits.masks is None else f"{safe_name(audits.masks.name, 'masks')}-{path_hash(audits.masks, 8)}"
-    parts = [setting("masks", masks)]
-    if audits.robustness:
-        parts += [setting("rob", gradients.samples), setting("r", audits.radius)]
-    if audits.robustness or audits.road:
-        parts.append(setting("ns", gradients.seed))
-    parts.append("road" if audits.road else None)
-    if audits.sanity:
-        parts += [setting("san", audits.sanity_seed), setting("th", audits.sanity_threshold)]
-    return parts
-
-
-def audit_settings(audits: AuditOptions) -> dict[str, Any]:
-    return {
-        "masks": None if audits.masks is None else str(audits.masks),
-        "robustness": audits.robustness,
-        "radius": audits.radius,
-        "road": audits.road,
-        "sanity": audits.sanity,
-        "sanity_seed": audits.sanity_seed,
-        "sanity_threshold": audits.sanity_threshold,
-    }

@@ -1,93 +1,15 @@
+"""`vitcli explore`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.explore."""
+
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from vitcli.context import CommandContext
-from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.naming import result_name, setting
+from vitcli.jobs.explore import explore_jobs
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
-
-
-class ExploreJob(Job):
-    """One explorer page per image: every query's attention in the chosen blocks, within the page's size bound."""
-
-    command = "explore"
-    needs_classes = False
-
-    def __init__(self, blocks: str | None, explain: bool = False):
-        from vitcli.commands.explain import explain_jobs
-
-        self.blocks_text = blocks
-        self.blocks: list[int] = []  # one-based, resolved by check()
-        self.depth = 0
-        # explain's own job with its defaults (every cheap method, the top-1 class): the maps `vitcli explain` draws
-        self.explain = explain_jobs()[0] if explain else None
-        self.needs_classes = explain  # type: ignore[misc]  (explain's maps follow a class)
-
-    def check(self, architecture: Any) -> None:
-        from vitcli.experiments.explore import check_page_bound, parse_blocks
-
-        self.blocks = parse_blocks(self.blocks_text, architecture.depth)
-        self.depth = architecture.depth
-        check_page_bound(
-            architecture.name,
-            architecture.depth,
-            architecture.num_heads,
-            architecture.grid,
-            self.blocks,
-            self.blocks_text is not None,
-        )
-        if self.explain is not None:
-            self.explain.check(architecture)
-
-    def uses(self) -> tuple[str, ...]:
-        return ("explore --explain",) if self.explain is not None else ("explore",)
-
-    def name(self) -> str:
-        every = self.blocks == list(range(1, self.depth + 1))  # `all`, `1-12` and no --blocks: one name
-        blocks = setting("b", None if every else _blocks_part(self.blocks))
-        return result_name("explore", blocks, "explain" if self.explain is not None else None)
-
-    def settings(self) -> dict[str, Any]:
-        return {"blocks": self.blocks, "explain": None if self.explain is None else self.explain.settings()}
-
-    def compute(self, work: ImageWork) -> Any:
-        from vitcli.experiments.attention import require_attention
-        from vitcli.experiments.explore import explore
-
-        require_attention(work.model)  # the explicit forward, or the family's captured attn.hook_pattern
-        (result,) = explore(work.model, [work.image], self.blocks)
-        if self.explain is not None:
-            result.explanation = self.explain.compute(work)
-        return result
-
-    def present(self, result: Any) -> Presentation:
-        from vitcli.presentation import explore as view
-
-        presentation = Presentation.of(view, result)
-        page = view.page(result)
-        presentation.document["page_bytes"] = len(page.encode("utf-8"))
-        presentation.extra_files["html"] = page
-        return presentation
-
-
-def _blocks_part(blocks: list[int]) -> str:
-    """Blocks in a file name: runs as first-last joined by `_` (1-4_12)."""
-    runs: list[list[int]] = []
-    for block in blocks:
-        if runs and block == runs[-1][-1] + 1:
-            runs[-1].append(block)
-        else:
-            runs.append([block])
-    return "_".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
-
-
-@builds_jobs("explore")
-def explore_jobs(blocks: str | None = None, explain: bool = False) -> list[Job]:
-    return [ExploreJob(blocks, explain)]
 
 
 @vitcli_command(

@@ -1,44 +1,24 @@
+"""`vitcli occlude-quadrants` and `occlude-patches`: the Typer commands and their options; their Jobs and builders
+are vitcli.jobs.occlude."""
+
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from vitcli.commands.target_options import (
     ContrastTextOption,
-    FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetOption,
     TargetTextOption,
 )
 from vitcli.context import CommandContext
-from vitcli.errors import UsageError
-from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.naming import result_name, setting
+from vitcli.jobs.occlude import Fill, occlude_patches_jobs, occlude_quadrants_jobs
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
-
-TargetOption = Annotated[
-    str | None,
-    typer.Option(
-        "--target",
-        "-t",
-        help="Class to follow: an index (256) or a label (Newfoundland). Default: the clean top-1.",
-        show_default=False,
-    ),
-]
-
-
-class Fill(StrEnum):
-    gray = "gray"
-    black = "black"
-    white = "white"
-    mean = "mean"
-    blur = "blur"
-
 
 FillOption = Annotated[
     Fill,
@@ -47,160 +27,6 @@ FillOption = Annotated[
         "mean = this image's mean colour, blur = a Gaussian-blurred copy (sigma half a patch)."
     ),
 ]
-
-
-class OcclusionJob(FollowsEmbedding, Job):
-    """Covers over one image and the fall of the target probability; the target is resolved by check()."""
-
-    command = "occlude-quadrants"
-
-    def __init__(self, target: str | None, fill: Fill, embedding: EmbeddingTarget | None = None):
-        self.embedding_target = embedding
-        self.target_text = target
-        self.fill = fill
-        self.target: int | None = None  # class index; None follows each image's clean top-1
-
-    def check(self, architecture: Any) -> None:
-        from vitcli.classes import resolve_class
-
-        if self.embedding_target is not None:
-            self.embedding_target.check(architecture)
-        self.target = None if self.target_text is None else resolve_class(architecture.labels, self.target_text)
-
-    @property
-    def target_part(self) -> str:
-        if self.embedding_target is not None:
-            return self.embedding_target.name_part
-        return "ttop1" if self.target is None else f"t{self.target}"
-
-    def target_argument(self, work: ImageWork) -> Any:
-        """What the experiment follows: the embedding target on this model, the class index, or None (top-1)."""
-        if self.embedding_target is not None:
-            return self.bound_target(work.model)
-        return None if self.target is None else str(self.target)
-
-    def clean_logits(self, work: ImageWork) -> Any:
-        return None if self.embedding_target is not None else work.clean_logits()
-
-    def name(self) -> str:
-        return result_name("occlusion-quadrants", self.fill.value, self.target_part)
-
-    def settings(self) -> dict[str, Any]:
-        target = "top1" if self.target is None else self.target
-        return {"fill": self.fill.value, "target": target, **self.embedding_settings()}
-
-    def compute(self, work: ImageWork) -> Any:
-        from vitcli.experiments.occlusion import occlude_quadrants
-
-        return occlude_quadrants(
-            work.model, work.image, self.target_argument(work), self.fill.value, clean_logits=self.clean_logits(work)
-        )
-
-    def present(self, result: Any) -> Presentation:
-        from vitcli.presentation import occlusion as view
-
-        return Presentation.of(view, result)
-
-
-class PatchOcclusionJob(OcclusionJob):
-    """Square covers slid over the input; the windows are laid on the grid by check()."""
-
-    command = "occlude-patches"
-
-    def __init__(
-        self,
-        target: str | None,
-        fill: Fill,
-        size: int | None,
-        stride: int | None,
-        embedding: EmbeddingTarget | None = None,
-    ):
-        super().__init__(target, fill, embedding)
-        self.size, self.stride = size, stride
-        self.windows: Any = None  # experiments.occlusion.SlidingWindows
-
-    def check(self, architecture: Any) -> None:
-        from vitcli.experiments.occlusion import SlidingWindows
-
-        super().check(architecture)
-        grid = architecture.map_grid  # Swin: one cover per token of the last stage (7x7 of 32 pixels)
-        size = self.size if self.size is not None else grid.patch_size
-        self.windows = SlidingWindows(grid, size, self.stride if self.stride is not None else size)
-
-    def name(self) -> str:
-        windows = self.windows
-        return result_name(
-            "occlusion-patches",
-            setting("s", windows.size),
-            setting("st", windows.stride),
-            self.fill.value,
-            self.target_part,
-        )
-
-    def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "size": self.windows.size, "stride": self.windows.stride}
-
-    def compute(self, work: ImageWork) -> Any:
-        from vitcli.experiments.occlusion import occlude_patches
-
-        work.steps.start(len(self.windows), f"occluding {work.image.source.display_name}")
-        return occlude_patches(
-            work.model,
-            work.image,
-            self.windows,
-            self.target_argument(work),
-            self.fill.value,
-            on_batch=work.steps.advance,
-            clean_logits=self.clean_logits(work),
-        )
-
-    def present(self, result: Any) -> Presentation:
-        from vitcli.presentation import occlusion as view
-
-        presentation = super().present(result)
-        presentation.extra_files = {"grid.csv": view.drop_grid_text(result)}
-        return presentation
-
-
-def _fill(fill: Fill | str) -> Fill:
-    fills = [choice.value for choice in Fill]
-    if fill not in fills:
-        raise UsageError(f"--fill must be one of {', '.join(fills)}, not {fill}")
-    return Fill(fill)
-
-
-@builds_jobs("occlude-quadrants")
-def occlude_quadrants_jobs(
-    target: str | None = None,
-    fill: Fill | str = Fill.gray,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
-) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
-    return [OcclusionJob(target, _fill(fill), embedding)]
-
-
-@builds_jobs("occlude-patches")
-def occlude_patches_jobs(
-    target: str | None = None,
-    fill: Fill | str = Fill.gray,
-    size: int | None = None,
-    stride: int | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
-) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
-    return [PatchOcclusionJob(target, _fill(fill), size, stride, embedding)]
 
 
 @vitcli_command(

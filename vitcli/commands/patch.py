@@ -1,27 +1,24 @@
+"""`vitcli patch`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.patch."""
+
 from __future__ import annotations
 
-from enum import Enum
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from vitcli.commands.explain import resolve_target_text
-from vitcli.commands.occlude import TargetOption
 from vitcli.commands.target_options import (
     ContrastTextOption,
-    FollowsEmbedding,
     TargetDirectionOption,
     TargetFeatureOption,
     TargetImageOption,
+    TargetOption,
     TargetTextOption,
 )
 from vitcli.context import CommandContext
-from vitcli.errors import UsageError, VitcliError
-from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.naming import image_subject, result_name, set_subject, setting
+from vitcli.jobs.patch import Method, PatchJob, SiteKind, clean_and_corrupt
+from vitcli.naming import set_subject
 from vitcli.shell import vitcli_command
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import parse_embedding_target
 
 PairArgument = Annotated[
     list[str] | None,
@@ -31,200 +28,6 @@ PairArgument = Annotated[
         show_default=False,
     ),
 ]
-
-
-class SiteKind(str, Enum):
-    residual = "residual"
-    attention = "attention"
-    mlp = "mlp"
-    heads = "heads"
-
-
-class Method(str, Enum):
-    activation = "activation"
-    attribution = "attribution"
-
-
-class PatchJob(FollowsEmbedding, Job):
-    """One result about an ordered pair of images (CLEAN, CORRUPT) as `vitcli patch CLEAN CORRUPT` computes it: the
-    command runs the pair and files the result under the pair's folder. The job holds one image of the pair, its
-    `partner`: here CLEAN; in PatchIntoJob (a `vitcli run` experiment), CORRUPT."""
-
-    command = "patch"
-    partner_role = "clean"
-    name_prefix = "from"
-
-    def __init__(
-        self,
-        partner: Path,
-        target: str | None,
-        contrast: str | None,
-        sites: list[str],
-        methods: list[str],
-        embedding: EmbeddingTarget | None = None,
-    ):
-        self.embedding_target = embedding
-        self.partner = partner
-        self.target_text, self.contrast_text = target, contrast
-        self.sites = [kind.value for kind in SiteKind if kind.value in sites]  # canonical order, once each
-        self.methods = [method.value for method in Method if method.value in methods]
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
-
-    def check(self, architecture: Any) -> None:
-        from vitcli.classes import resolve_contrast
-        from vitcli.loading import require_pre_norm
-
-        if self.embedding_target is not None:
-            self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
-        require_pre_norm(architecture.name)
-
-    def name(self) -> str:
-        return result_name(
-            "patch",
-            f"{self.name_prefix}-{image_subject(self.partner)}",
-            *self._target_parts(),
-            setting("s", self.sites),
-            setting("m", self.methods),
-        )
-
-    def _target_parts(self) -> list[str | None]:
-        if self.embedding_target is not None:
-            return [self.embedding_target.name_part]
-        return [
-            setting("t", "top1" if self.target is None else self.target),
-            setting("c", "auto" if self.contrast is None else self.contrast),
-        ]
-
-    def settings(self) -> dict[str, Any]:
-        if self.embedding_target is not None:
-            return {
-                self.partner_role: str(self.partner),
-                **self.embedding_settings(),
-                "sites": self.sites,
-                "methods": self.methods,
-            }
-        return {
-            self.partner_role: str(self.partner),
-            "target": self.target if self.target is not None else "CLEAN's top-1",
-            "contrast": self.contrast if self.contrast is not None else "CORRUPT's top-1 (its second if the target)",
-            "sites": self.sites,
-            "methods": self.methods,
-        }
-
-    def present(self, result: Any) -> Presentation:
-        from vitcli.presentation import patch as view
-
-        return Presentation.of(view, result)
-
-
-class PatchIntoJob(PatchJob):
-    """`vitcli run`'s patch: each image of the run is CLEAN, patched into one fixed CORRUPT (the config's `corrupt`).
-    CORRUPT is prepared and run once per process, on its first image, and kept on the job for the others."""
-
-    scope = "image"
-    partner_role = "corrupt"
-    name_prefix = "into"
-
-    def __init__(
-        self,
-        corrupt: Path,
-        target: str | None,
-        contrast: str | None,
-        sites: list[str],
-        methods: list[str],
-        embedding: EmbeddingTarget | None = None,
-    ):
-        from vitcli.hashing import file_sha256
-
-        super().__init__(corrupt, target, contrast, sites, methods, embedding)
-        self.corrupt_sha256 = file_sha256(corrupt)
-        self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
-
-    def compute(self, work: ImageWork) -> Any:
-        from vitcli.experiments.patching import corrupt_forward, patch_images
-
-        if work.image.source.sha256 == self.corrupt_sha256:
-            raise VitcliError(
-                f"this image is CORRUPT ({self.partner}, the same bytes): M_clean = M_corrupt, so the score is "
-                "undefined; patch only other images into it"
-            )
-        if self._corrupt is None:
-            corrupt = work.model.prepare(self.partner)
-            gradients = "attribution" in self.methods
-            embedding = self.bound_target(work.model)
-            self._corrupt = corrupt, corrupt_forward(work.model, corrupt.input, gradients, embedding)
-        corrupt, forward = self._corrupt
-        return patch_images(
-            work.model,
-            work.image,
-            corrupt,
-            self.sites,
-            self.methods,
-            self.target,
-            self.contrast,
-            work.steps,
-            forward,
-            embedding=self.bound_target(work.model),
-        )
-
-
-@builds_jobs("patch")
-def patch_jobs(
-    corrupt: str | None = None,
-    target: str | None = None,
-    contrast: str | None = None,
-    sites: list[SiteKind] | None = None,
-    method: list[Method] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
-) -> list[Job]:
-    """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
-    relative to its own folder). The command line's two-image form does not come through here."""
-    if corrupt is None:
-        raise UsageError(
-            "patch in a config needs `corrupt = IMAGE`: the one CORRUPT image every image of the run (each a CLEAN) "
-            "is patched into"
-        )
-    if not Path(corrupt).is_file():
-        raise UsageError(
-            f"corrupt {corrupt} is not an image file (patch takes one CORRUPT image: not a folder or a glob)"
-        )
-    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
-    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
-    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
-
-
-def _pair(arguments: list[str] | None) -> tuple[Path, Path]:
-    """CLEAN and CORRUPT: two arguments, each one image file, not the same file."""
-    from vitcli.hashing import file_sha256
-    from vitcli.images import resolve_images
-
-    given = list(arguments or [])
-    if len(given) != 2:
-        listed = f": {', '.join(given)}" if given else ""
-        raise UsageError(f"patch needs exactly two images, CLEAN then CORRUPT; got {len(given)}{listed}")
-    paths = []
-    for role, argument in zip(("CLEAN", "CORRUPT"), given, strict=True):
-        found = resolve_images([argument])
-        if len(found) != 1:
-            raise UsageError(f"{role} must be one image file, but {argument} holds {len(found)} images")
-        paths.append(found[0])
-    clean, corrupt = paths
-    if clean.resolve() == corrupt.resolve() or file_sha256(clean) == file_sha256(corrupt):
-        raise UsageError(
-            f"CLEAN and CORRUPT are the same image ({clean}, {corrupt}): M_clean = M_corrupt, so the score "
-            "(M_patched - M_corrupt) / (M_clean - M_corrupt) is undefined; give two different images"
-        )
-    return clean, corrupt
 
 
 @vitcli_command(
@@ -282,7 +85,7 @@ def patch_command(
 
     chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
     chosen_methods = [each.value for each in (method or [Method.activation])]
-    clean_path, corrupt_path = _pair(images)
+    clean_path, corrupt_path = clean_and_corrupt(images)
     embedding = parse_embedding_target(
         target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
     )

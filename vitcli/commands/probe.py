@@ -1,3 +1,6 @@
+"""`vitcli probe`: the Typer command and its options; it computes over the data folder itself, with the Job of
+vitcli.jobs.probe, and keeps the features and the checkpoint in the output store."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,49 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from vitcli.context import CommandContext
-from vitcli.errors import UsageError
 from vitcli.filenames import escaped_path
-from vitcli.jobs import Job, Presentation
-from vitcli.naming import image_subject, result_name, setting
+from vitcli.jobs.probe import ProbeJob
+from vitcli.naming import image_subject
 from vitcli.shell import vitcli_command
-from vitcli.spec import check_seed
 
 # Features live beside the results of the same weights (the model folder names them), under this subject, in a file
 # named by the parameters' SHA-256 too: other weights never read them.
 CACHE_SUBJECT = "probe-features"
-
-
-class ProbeJob(Job):
-    """One result about a data folder: computed by the command, not per image (so no `vitcli run` builder)."""
-
-    command = "probe"
-    needs_classes = False  # the probe brings its own head
-
-    def __init__(self, val_fraction: float = 0.2, split_seed: int = 0, weight_decay: float = 1e-4):
-        if not 0.0 <= val_fraction < 1.0:
-            raise UsageError(f"--val-fraction must be at least 0 and below 1, not {val_fraction}")
-        if weight_decay < 0:
-            raise UsageError(f"--weight-decay must be at least 0, not {weight_decay}")
-        check_seed("--split-seed", split_seed)
-        self.val_fraction = val_fraction
-        self.split_seed = split_seed
-        self.weight_decay = weight_decay
-
-    def name(self) -> str:
-        return result_name(
-            "probe",
-            setting("vf", float(self.val_fraction)),
-            setting("ss", self.split_seed),
-            setting("wd", float(self.weight_decay)),
-        )
-
-    def settings(self) -> dict[str, Any]:
-        return {"val_fraction": self.val_fraction, "split_seed": self.split_seed, "weight_decay": self.weight_decay}
-
-    def present(self, result: Any) -> Presentation:
-        from vitcli.presentation import probe as view
-
-        return Presentation.of(view, result)
 
 
 @vitcli_command(

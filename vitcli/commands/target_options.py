@@ -1,20 +1,24 @@
-"""The options that name a target in embedding space (vitcli.targets), shared by every command that follows a
-target: Typer types, and what a job keeps of them."""
+"""The options that name what a command follows, shared by every command that follows a target, as Typer types: a
+class (--target) or a target in embedding space (vitcli.targets). What a job keeps of them is vitcli.jobs.following."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from vitcli.targets import EmbeddingTarget
-
-if TYPE_CHECKING:
-    from vitcli.model import VitModel
-    from vitcli.targets import BoundTarget
-
 _PANEL = "Targets in embedding space (any model, with or without a class head)"
+
+TargetOption = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        "-t",
+        help="Class to follow: an index (256) or a label (Newfoundland). Default: the clean top-1.",
+        show_default=False,
+    ),
+]
 
 TargetImageOption = Annotated[
     Path | None,
@@ -69,26 +73,3 @@ ContrastTextOption = Annotated[
         rich_help_panel=_PANEL,
     ),
 ]
-
-
-class FollowsEmbedding:
-    """A job's embedding target, bound to the loaded model on first use (REF's embedding computed once)."""
-
-    embedding_target: EmbeddingTarget | None = None
-    _bound: tuple[int, BoundTarget] | None = None
-
-    def bound_target(self, model: VitModel) -> BoundTarget | None:
-        from vitcli.targets import bind
-
-        if self.embedding_target is None:
-            return None
-        if self._bound is None or self._bound[0] != id(model):
-            self._bound = (id(model), bind(self.embedding_target, model))
-        return self._bound[1]
-
-    def embedding_settings(self) -> dict[str, Any]:
-        """The target as JSON; once bound, with what the loaded model tells (a text target's scale)."""
-        if self.embedding_target is None:
-            return {}
-        target = self.embedding_target if self._bound is None else self._bound[1].target
-        return {"target": target.describe()}

@@ -1,8 +1,10 @@
 """What every command hands the runner: a `Job` (one configured experiment) and the `Presentation` of its result.
 
-A command module parses its options into a Job; `vitcli run` builds the same Jobs from a config's tables. The runner
-checks each Job against the architecture before any weights load, computes it per image, turns the result into a
-Presentation and gives that to the output store (files) and the emitter (stdout). Nothing here imports torch.
+Each command's Jobs and their builder live in a module of this package (vitcli.jobs.ablate, ...), below the command
+line: the command's Typer function (vitcli.commands), `vitcli run` configs and the Python API call the same builder
+with the command's own options. The runner checks each Job against the architecture before any weights load,
+computes it per image, turns the result into a Presentation and gives that to the output store (files) and the
+emitter (stdout). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -165,8 +167,9 @@ class AcrossImages(Job):
         return self.presentation
 
 
-# Each image command registers how its own options (everything but the images and the shared options) become Jobs;
-# the command calls it, and so do `vitcli run` and the API, which find its module in vitcli.job_registry's table.
+# Each image command's module in this package registers how the command's own options (everything but the images and
+# the shared options) become Jobs; the command calls it, and so do `vitcli run` and the API, which find its module in
+# vitcli.job_registry's table.
 JOB_BUILDERS: dict[str, Callable[..., list[Job]]] = {}
 
 

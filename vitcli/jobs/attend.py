@@ -1,0 +1,234 @@
+"""`vitcli attend` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+that the command, `vitcli run` configs and the Python API call."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from vitcli.errors import UsageError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.spec import fitted_count
+
+
+class View(StrEnum):
+    map = "map"
+    summary = "summary"
+    rollout = "rollout"
+    all_blocks = "all-blocks"
+
+
+class HeadFusion(StrEnum):
+    mean = "mean"
+    max = "max"
+    min = "min"
+
+
+class Scale(StrEnum):
+    own = "own"
+    zero = "zero"
+
+
+DEFAULT_TOP_K = 10
+
+
+class AttendJob(Job):
+    """One view of one query's attention; the query, blocks and heads are resolved against the grid by check()."""
+
+    command = "attend"
+    needs_classes = False
+
+    def __init__(
+        self,
+        view: View,
+        block: int | None,
+        head: int | None,
+        all_heads: bool,
+        query: str,
+        head_fusion: str,
+        discard_ratio: float,
+        top_k: int | None,
+        scale: str = Scale.own.value,
+        pool: bool = False,
+    ):
+        self.view = view
+        self.pool = pool  # the attention pooling's attention over the final rows instead of a block's
+        self.block, self.head, self.all_heads = block, head, all_heads
+        self.query_text = query
+        self.head_fusion, self.discard_ratio = head_fusion, discard_ratio
+        self.top_k = top_k
+        self.scale = scale  # the figures' colour range: the maps' own, or from zero
+        self.query: Any = None  # experiments.attention.Query; None with --query all
+        self.blocks: list[int] = []  # one-based, for map and all-blocks
+        self.heads: list[int] = []
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments import attention
+        from vitcli.experiments.rollout import check_rollout_options
+
+        grid, num_heads = architecture.grid, architecture.num_heads
+        if self.pool:
+            from vitcli.loading import require_vit
+
+            # The pooling's heads, read from the skeleton: they need not be the blocks' heads.
+            pool_heads = require_vit(architecture.name).attn_pool.num_heads
+            self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
+            self.heads = attention.resolve_heads(pool_heads, self.head, self.all_heads or self.head is None)
+            return
+        if architecture.staged:
+            # Swin: every stage has its own grid, so a query is a patch of one block's stage grid.
+            refuse_across_stages(self.view, architecture)
+            self.blocks = attention.resolve_blocks(architecture.depth, self.block, False)
+            place = architecture.place(self.blocks[0])
+            grid, num_heads = place.grid, place.heads
+        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
+        if not (self.view is View.summary and self.query_text.strip().lower() == "all"):
+            self.query = attention.parse_query(grid, self.query_text)
+        if self.view is View.rollout:
+            check_rollout_options(self.head_fusion, self.discard_ratio)
+        if self.view in (View.map, View.all_blocks):
+            self.blocks = attention.resolve_blocks(architecture.depth, self.block, self.view is View.all_blocks)
+            self.heads = attention.resolve_heads(num_heads, self.head, self.all_heads)
+
+    def uses(self) -> tuple[str, ...]:
+        if self.pool:
+            return ("attend --pool",)
+        return ("attend",) if self.view is View.map else (f"attend --view {self.view.value}",)
+
+    def name(self) -> str:
+        query = setting("q", "all" if self.query is None else _query_part(self.query))
+        top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)
+        scale = setting("sc", self.scale if self.scale != Scale.own.value else None)
+        if self.pool:
+            return result_name("pool-attention", setting("h", self.head or "all"), top_k, scale)
+        if self.view is View.summary:
+            return result_name("attention-summary", query, scale)
+        if self.view is View.rollout:
+            fusion, discard = setting("f", self.head_fusion), setting("d", float(self.discard_ratio))
+            return result_name("rollout", fusion, discard, query, top_k, scale)
+        blocks = setting("b", "all" if self.view is View.all_blocks else self.block)
+        heads = setting("h", "all" if self.all_heads else self.head)
+        return result_name("attention", blocks, heads, query, top_k, scale)
+
+    def settings(self) -> dict[str, Any]:
+        if self.pool:
+            return {"view": "pool", "heads": self.heads, "top_k": self.top_k, "scale": self.scale}
+        chosen: dict[str, Any] = {
+            "view": self.view.value,
+            "query": "all" if self.query is None else self.query.name,
+            "query_token": None if self.query is None else self.query.token,
+            "scale": self.scale,
+        }
+        if self.view in (View.map, View.all_blocks):
+            chosen |= {"blocks": self.blocks, "heads": self.heads, "top_k": self.top_k}
+        if self.view is View.rollout:
+            chosen |= {"head_fusion": self.head_fusion, "discard_ratio": self.discard_ratio, "top_k": self.top_k}
+        return chosen
+
+    def compute(self, work: ImageWork) -> Any:
+        model, images = work.model, [work.image]
+        if self.pool:
+            from vitcli.experiments.attention_pool import pool_attention
+
+            (result,) = pool_attention(model, images, self.heads, self.top_k)
+            return result
+        from vitcli.experiments.attention import require_attention
+
+        # A model whose attention cannot be read fails here, before any forward.
+        require_attention(model)
+        if self.view is View.summary:
+            from vitcli.experiments.attention_summary import summarize
+
+            (result,) = summarize(model, images, self.query)
+        elif self.view is View.rollout:
+            from vitcli.experiments.rollout import rollout
+
+            (result,) = rollout(model, images, self.query, self.head_fusion, self.discard_ratio, self.top_k)
+        else:
+            from vitcli.experiments.attention import attend
+
+            (result,) = attend(model, images, self.query, self.blocks, self.heads, self.top_k)
+        return result
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import attention, attention_pool, attention_summary, rollout
+
+        view = {View.summary: attention_summary, View.rollout: rollout}.get(self.view, attention)
+        view = attention_pool if self.pool else view
+        return Presentation(
+            view.table(result),
+            view.rows(result),
+            view.document(result),
+            figure=lambda: view.figure(result, self.scale),
+            summary=view.summary(result),
+        )
+
+
+def refuse_across_stages(view: View, architecture: Any) -> None:
+    """Views that follow one query through blocks on one token grid cannot cross Swin's stages."""
+    grids = ", ".join(dict.fromkeys(f"{place.grid.rows}x{place.grid.cols}" for place in architecture.places))
+    if view is View.rollout:
+        raise UsageError(
+            "rollout multiplies attention across blocks on one token grid; Swin's stages have different grids "
+            f"({grids})"
+        )
+    if view is not View.map:
+        raise UsageError(
+            f"--view {view.value} follows a query through every block on one token grid; the stages of "
+            f"{architecture.name} have different grids ({grids}): use --view map --block B"
+        )
+
+
+def _query_part(query: Any) -> str:
+    """A query in a file name: the patch number (74), or the prefix token's name in lower case (cls)."""
+    return str(query.patch) if query.patch is not None else query.name.lower()
+
+
+@builds_jobs("attend")
+def attend_jobs(
+    view: View | str = View.map,
+    block: int | None = None,
+    head: int | None = None,
+    all_heads: bool = False,
+    query: str = "cls",
+    head_fusion: HeadFusion | str | None = None,
+    discard_ratio: float | None = None,
+    top_k: int | None = None,
+    scale: Scale | str = Scale.own,
+    pool: bool = False,
+) -> list[Job]:
+    """Refuse options the view does not use (no model needed), then one job for the view."""
+    views = [choice.value for choice in View]
+    if view not in views:
+        raise UsageError(f"--view must be one of {', '.join(views)}, not {view}")
+    view = View(view)
+    if pool:
+        refuse_with_pool(view, block, query)
+    given = [name for name, present in (("--block", block is not None), ("--head", head is not None)) if present]
+    given += ["--all-heads"] if all_heads else []
+    if view is View.summary and given:
+        raise UsageError(f"--view summary covers every block and head: drop {', '.join(given)}")
+    if view is View.rollout and given:
+        raise UsageError(f"--view rollout fuses the heads of every block: drop {', '.join(given)}")
+    if view is View.all_blocks and block is not None:
+        raise UsageError(f"--view all-blocks covers every block: drop --block {block}")
+    if view is not View.rollout and (head_fusion is not None or discard_ratio is not None):
+        raise UsageError("--head-fusion and --discard-ratio only apply to --view rollout")
+    if query.strip().lower() == "all" and view is not View.summary:
+        raise UsageError("--query all only works with --view summary; otherwise give one query (a patch, r5c3 or cls)")
+    scales = [choice.value for choice in Scale]
+    if str(scale) not in scales:
+        raise UsageError(f"--scale must be one of {', '.join(scales)}, not {scale}")
+    fusion = str(head_fusion or HeadFusion.mean)
+    return [AttendJob(view, block, head, all_heads, query, fusion, discard_ratio or 0.0, top_k, str(scale), pool)]
+
+
+def refuse_with_pool(view: View, block: int | None, query: str) -> None:
+    """--pool shows the attention pooling's latent query over the final rows: no view, block or query of a block."""
+    if view is not View.map:
+        raise UsageError(f"--pool shows the attention pooling's attention: drop --view {view.value}")
+    if block is not None:
+        raise UsageError(f"--pool reads the attention pooling after the last block: drop --block {block}")
+    if query.strip().lower() != "cls":
+        raise UsageError(f"--pool's query is the pooling's latent query: drop --query {query}")

@@ -1,0 +1,143 @@
+"""`vitcli attribute` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+that the command, `vitcli run` configs and the Python API call."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from vitcli.errors import UsageError, VitcliError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
+from vitcli.naming import result_name, setting
+from vitcli.targets import EmbeddingTarget, parse_embedding_target
+
+
+class By(StrEnum):
+    block = "block"
+    head = "head"
+    token = "token"
+
+
+class AttributeJob(FollowsEmbedding, Job):
+    command = "attribute"
+
+    def __init__(
+        self,
+        target: str | None,
+        contrast: str | None,
+        by: str,
+        block: int | None,
+        embedding: EmbeddingTarget | None = None,
+    ):
+        self.embedding_target = embedding
+        self.target_text = target
+        self.contrast_text = contrast
+        self.by = by
+        self.block = block
+        self.target: int | None = None  # resolved by check()
+        self.contrast: int | None = None
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.capture import family_of
+        from vitcli.experiments.readout import readout_refusal
+        from vitcli.loading import require_pre_norm
+
+        skeleton = require_pre_norm(architecture.name)
+        # A zero-shot head (no linear_head) is installed after loading and always readable: check the net's own head
+        linear_head = "linear_head" in architecture.features
+        refusal = readout_refusal(skeleton, architecture.name, head=self.embedding_target is None and linear_head)
+        if refusal is not None:
+            raise UsageError(refusal)
+        if "heads" not in family_of(skeleton).features:  # EVA-02 with a sub-norm between its heads and attn.proj
+            raise UsageError(
+                f"{architecture.name}'s attention normalizes its heads together before attn.proj, so its output is "
+                "not a sum over heads; attribute splits it by head"
+            )
+        if self.block is not None:
+            if not 1 <= self.block <= architecture.depth:
+                raise UsageError(
+                    f"--block must be between 1 and {architecture.depth} (the model's blocks), not {self.block}"
+                )
+            attention = getattr(skeleton.blocks[self.block - 1], "attn", None)  # transformers' blocks: none
+            norm = getattr(attention, "norm", None)  # Beit's attention has none, nor transformers' ViTs
+            if type(norm).__name__ not in ("Identity", "NoneType") or getattr(attention, "gate", None) is not None:
+                raise UsageError(
+                    f"--by token: {architecture.name}'s attention normalizes or gates the heads before attn.proj, "
+                    "so a head's output is not a sum over source tokens"
+                )
+        from vitcli.classes import resolve_contrast
+
+        if self.embedding_target is not None:
+            self.embedding_target.check(architecture)
+        self.target = resolve_target_text(architecture, self.target_text)
+        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+
+    def uses(self) -> tuple[str, ...]:
+        return ("attribute",) if self.by == "block" else (f"attribute --by {self.by}",)
+
+    def name(self) -> str:
+        return result_name(
+            "attribute",
+            self.by,
+            setting("b", self.block),
+            self._target_part(),
+            setting("c", self.contrast),
+        )
+
+    def _target_part(self) -> str | None:
+        if self.embedding_target is not None:
+            return self.embedding_target.name_part
+        return setting("t", "top1" if self.target is None else self.target)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "contrast": self.contrast,
+            "by": self.by,
+            "block": self.block,
+            **self.embedding_settings(),
+        }
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.attribution import attribute
+
+        if self.embedding_target is not None:
+            embedding = self.bound_target(work.model)
+            return attribute(work.model, work.image, None, None, self.by, self.block, embedding)
+        target = self.target if self.target is not None else int(work.clean_logits().argmax())
+        if target == self.contrast:
+            raise VitcliError(
+                f"--contrast {self.contrast} is this image's top-1, the default target: give --target or another class"
+            )
+        return attribute(work.model, work.image, target, self.contrast, self.by, self.block)
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import attribution as view
+
+        return Presentation.of(view, result)
+
+
+@builds_jobs("attribute")
+def attribute_jobs(
+    target: str | None = None,
+    contrast: str | None = None,
+    by: str = "block",
+    block: int | None = None,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
+) -> list[Job]:
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    )
+    by = str(by)
+    if by not in {member.value for member in By}:
+        raise UsageError(f"unknown --by {by!r}: choose one of {', '.join(member.value for member in By)}")
+    if by == By.token and block is None:
+        raise UsageError("--by token needs --block B: the block whose heads' source tokens are mapped")
+    if by != By.token and block is not None:
+        raise UsageError("--block picks the block of --by token; add --by token")
+    return [AttributeJob(target, contrast, by, block, embedding)]

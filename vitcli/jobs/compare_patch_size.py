@@ -1,0 +1,122 @@
+"""`vitcli compare-patch-size` as a library: its Jobs (settings, checks, name, computation, presentation) and the
+builder that the command, `vitcli run` configs and the Python API call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vitcli.errors import UsageError
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+
+# Upper bounds of the counts: a 4096-pixel side is 65,536 tokens at patch 16; 1,000 timed forwards give a steady
+# median. Beyond them a typo would run for hours or exhaust memory before saying anything.
+MAX_IMAGE_SIZE = 4096
+MAX_RUNS = 1000
+
+
+class PatchSizeJob(Job):
+    """The architecture at several patch sizes: counted (no weights), optionally timed; the variants are planned
+    against the model's dimensions by check()."""
+
+    command = "compare-patch-size"
+    needs_classes = False
+    scope = "model"
+
+    def __init__(
+        self, patch_sizes: list[int], image_size: int | None, pad: bool, measure: bool, runs: int, warmup: int
+    ):
+        self.patch_sizes = patch_sizes
+        self.image_size, self.pad = image_size, pad
+        self.measure, self.runs, self.warmup = measure, runs, warmup
+        self.variants: list[Any] = []  # experiments.patch_size_variants.Variant, smallest patch first
+        self.dimensions: Any = None  # experiments.patch_size_variants.Dimensions
+
+    def check(self, architecture: Any) -> None:
+        from vitcli.experiments.patch_size_variants import plan_variants, read_dimensions
+
+        self.dimensions = read_dimensions(architecture.name)
+        size = self.dimensions.native_image if self.image_size is None else self.image_size
+        self.variants = plan_variants(self.dimensions, self.patch_sizes, size, self.pad)
+
+    @property
+    def added_native(self) -> bool:
+        """The checkpoint's own patch size was not asked for: every ratio needs it."""
+        return self.dimensions.native_patch not in self.patch_sizes
+
+    def name(self) -> str:
+        variant = self.variants[0]
+        measured = ["measure", setting("r", self.runs), setting("w", self.warmup)] if self.measure else []
+        return result_name(
+            "patch-sizes",
+            setting("p", [variant.patch_size for variant in self.variants]),
+            setting("i", variant.image_size),
+            setting("pad", self.pad),
+            *measured,
+        )
+
+    def settings(self) -> dict[str, Any]:
+        chosen: dict[str, Any] = {
+            "patch_sizes": [variant.patch_size for variant in self.variants],
+            "image_size": self.variants[0].image_size,
+            "pad": self.pad,
+            "measure": self.measure,
+        }
+        return chosen | ({"runs": self.runs, "warmup": self.warmup} if self.measure else {})
+
+    def measure_settings(self, device: Any, batch_size: int, seed: int) -> Any:
+        """What --measure needs, or None without it."""
+        from vitcli.experiments.patch_size_measure import MeasureSettings
+
+        return MeasureSettings(device, batch_size, self.runs, self.warmup, seed) if self.measure else None
+
+    def compute_once(self, model: Any) -> Any:
+        from vitcli.experiments.patch_size import compare_patch_sizes
+
+        return compare_patch_sizes(
+            self.variants, self.measure_settings(model.device, model.batch_size, model.spec.seed)
+        )
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import patch_size as view
+
+        return Presentation.of(view, result)
+
+
+class AdaptedPatchSizeJob(PatchSizeJob):
+    """The same comparison with the checkpoint itself resampled to each patch size and run on one image."""
+
+    needs_classes = True
+    scope = "image"
+
+    def uses(self) -> tuple[str, ...]:
+        return ("compare-patch-size --adapt",)
+
+    def name(self) -> str:
+        return result_name(super().name(), "adapted")
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.patch_size import compare_patch_sizes
+
+        model = work.model
+        settings = self.measure_settings(model.device, model.batch_size, model.spec.seed)
+        return compare_patch_sizes(self.variants, settings, adapt=(model, work.image))
+
+
+@builds_jobs("compare-patch-size")
+def compare_patch_size_jobs(
+    patch_sizes: str = "8,16,32",
+    image_size: int | None = None,
+    pad: bool = False,
+    measure: bool = False,
+    runs: int = 10,
+    warmup: int = 2,
+    adapt: str | None = None,
+) -> list[Job]:
+    """One job: about the model alone, or, with --adapt, about that image."""
+    from vitcli.experiments.patch_size_variants import parse_patch_sizes
+
+    if runs < 1 or warmup < 0:
+        raise UsageError(f"--runs must be at least 1 and --warmup at least 0, not {runs} and {warmup}")
+    kind = PatchSizeJob if adapt is None else AdaptedPatchSizeJob
+    return [kind(parse_patch_sizes(patch_sizes), image_size, pad, measure, runs, warmup)]

@@ -1,0 +1,42 @@
+"""What a job follows when it follows a target: a class given as text (resolved before weights load) or a target in
+embedding space (vitcli.targets), bound to the loaded model once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vitcli.targets import EmbeddingTarget
+
+if TYPE_CHECKING:
+    from vitcli.model import VitModel
+    from vitcli.targets import BoundTarget
+
+
+def resolve_target_text(architecture: Any, text: str | None) -> int | None:
+    """A --target text as a class index before weights load; None keeps the clean top-1 (known only per image)."""
+    from vitcli.classes import resolve_class
+
+    return None if text is None else resolve_class(architecture.labels, text)
+
+
+class FollowsEmbedding:
+    """A job's embedding target, bound to the loaded model on first use (REF's embedding computed once)."""
+
+    embedding_target: EmbeddingTarget | None = None
+    _bound: tuple[int, BoundTarget] | None = None
+
+    def bound_target(self, model: VitModel) -> BoundTarget | None:
+        from vitcli.targets import bind
+
+        if self.embedding_target is None:
+            return None
+        if self._bound is None or self._bound[0] != id(model):
+            self._bound = (id(model), bind(self.embedding_target, model))
+        return self._bound[1]
+
+    def embedding_settings(self) -> dict[str, Any]:
+        """The target as JSON; once bound, with what the loaded model tells (a text target's scale)."""
+        if self.embedding_target is None:
+            return {}
+        target = self.embedding_target if self._bound is None else self._bound[1].target
+        return {"target": target.describe()}

@@ -1,0 +1,52 @@
+"""`vitcli patches` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+that the command, `vitcli run` configs and the Python API call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.spec import check_count
+
+
+class PatchesJob(Job):
+    command = "patches"
+    needs_classes = False
+
+    def __init__(self, patch: list[str] | None = None, values: int = 8):
+        self.patch_texts = list(patch or [])
+        self.values = values
+        self.patches: list[int] | None = None  # resolved against the grid by check()
+
+    def check(self, architecture: Any) -> None:
+        self.patches = [architecture.grid.parse_patch(text) for text in self.patch_texts]
+        longest = max(3 * architecture.grid.patch_size**2, architecture.embed_dim)
+        check_count("--values", self.values, 1, longest, "a patch's pixels or its embedding, the longer")
+
+    def name(self) -> str:
+        return result_name("patches", setting("p", self.patches or None), setting("v", self.values))
+
+    def settings(self) -> dict[str, Any]:
+        return {"patch": [f"P{patch}" for patch in self.patches or []], "values": self.values}
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.patches import inspect_patches
+
+        return inspect_patches(work.model, work.image, self.patches or [])
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import patches as view
+
+        return Presentation(
+            view.table(result, self.values),
+            view.rows(result, self.values),
+            view.document(result),
+            figure=lambda: view.figure(result),
+            summary=view.summary(result),
+        )
+
+
+@builds_jobs("patches")
+def patches_jobs(patch: list[str] | None = None, values: int = 8) -> list[Job]:
+    return [PatchesJob(patch, values)]

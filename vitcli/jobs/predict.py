@@ -1,0 +1,45 @@
+"""`vitcli predict` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+that the command, `vitcli run` configs and the Python API call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.naming import result_name, setting
+from vitcli.spec import fitted_count
+
+DEFAULT_TOP_K = 5
+
+
+class PredictJob(Job):
+    command = "predict"
+
+    def __init__(self, top_k: int | None = None):
+        self.top_k = top_k  # None: DEFAULT_TOP_K, or the model's classes when fewer (resolved by check())
+
+    def name(self) -> str:
+        return result_name("predict", setting("k", self.top_k))
+
+    def settings(self) -> dict[str, Any]:
+        return {"top_k": self.top_k}
+
+    def check(self, architecture: Any) -> None:
+        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, architecture.num_classes, "the model's classes")
+
+    def compute(self, work: ImageWork) -> Any:
+        from vitcli.experiments.predict import predict
+
+        model = work.model
+        logits = work.clean_logits()
+        return predict(logits, model.labels, work.image.source, model.spec.label, self.top_k, model.zero_shot)
+
+    def present(self, result: Any) -> Presentation:
+        from vitcli.presentation import predict as view
+
+        return Presentation.of(view, result)
+
+
+@builds_jobs("predict")
+def predict_jobs(top_k: int | None = None) -> list[Job]:
+    return [PredictJob(top_k)]
