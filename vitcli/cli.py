@@ -3,7 +3,7 @@
 # Registration order is the order of --help: the lecture's steps first, batch runs last.
 # isort: off
 from vitcli.commands import predict, patches, attend, occlude, compare_patch_size  # noqa: F401
-from vitcli.commands import trace, compare, lens, explain, probe, explore  # noqa: F401
+from vitcli.commands import trace, compare, explain, lens, probe, explore  # noqa: F401
 from vitcli.commands import attribute, ablate, patch, anatomy, heads  # noqa: F401
 from vitcli.commands import batch, report  # noqa: F401
 
