@@ -51,7 +51,8 @@ def table(result: HeadsResult) -> Group:
 def _head_title(head: HeadTexts) -> str:
     if not head.texts:
         return f"block {head.block}, head {head.head}: no variance the texts can explain"
-    return f"block {head.block}, head {head.head}: {len(head.texts)} texts explain {head.explained:.1%} of its variance"
+    texts = "1 text explains" if len(head.texts) == 1 else f"{len(head.texts)} texts explain"
+    return f"block {head.block}, head {head.head}: {texts} {head.explained:.1%} of its variance"
 
 
 def _picks(head: HeadTexts) -> list[tuple[int, float, float]]:
