@@ -21,7 +21,7 @@ from vitcli.experiments.explain_options import (
 )
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.jobs.explain_options import audit_name_parts, audit_settings
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
 from vitcli.jobs.occlude import Fill
 from vitcli.naming import result_name, setting
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
@@ -45,13 +45,6 @@ class Method(StrEnum):
     smoothgrad = "smoothgrad"
     gradient = "gradient"
     dla = "dla"
-
-
-def resolve_target_text(architecture: Any, text: str | None) -> int | None:
-    """A --target text as a class index before weights load; None keeps the clean top-1 (known only per image)."""
-    from vitcli.classes import resolve_class
-
-    return None if text is None else resolve_class(architecture.labels, text)
 
 
 def refuse_on_stages(methods: list[str], block: int, architecture: Any) -> None:
