@@ -80,6 +80,23 @@ def clip():
     return model, reference, open_clip.get_tokenizer(NAME)
 
 
+@pytest.fixture(scope="module")
+def siglip():
+    """vitcli's model of the SigLIP-like pair (tests/tiny_open_clip.py) and open_clip's own of the same seed."""
+    open_clip = pytest.importorskip("open_clip")
+    import torch
+    from tiny_open_clip import TINY_SIGMOID, register
+
+    from vitcli.loading import load_model
+    from vitcli.spec import WeightsSpec
+
+    register()
+    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_SIGMOID}", random=True), "cpu")
+    torch.manual_seed(0)
+    reference = open_clip.create_model(TINY_SIGMOID, pretrained=None).eval()
+    return model, reference, open_clip.get_tokenizer(TINY_SIGMOID)
+
+
 def text_target(model, text, contrast_text=None):
     from vitcli.targets import bind
 
@@ -321,29 +338,22 @@ def test_a_text_too_long_once_put_in_its_templates_exits_2_after_loading(cli, ph
 
 
 @pytest.mark.slow
-def test_on_a_siglip_pair_the_text_score_is_its_scaled_cosine_and_ig_is_complete(photo):
+def test_on_a_siglip_pair_the_text_score_is_its_scaled_cosine_and_ig_is_complete(photo, siglip):
     """A SigLIP-like pair (timm trunk pooled by attention, tests/tiny_open_clip.py): the score is scale x cosine of
     open_clip's own encode_image and encode_text (its logit without the constant bias), and IG is complete."""
-    open_clip = pytest.importorskip("open_clip")
     import torch
-    from tiny_open_clip import TINY_SIGMOID, register
 
     from vitcli.experiments.explain import explain
     from vitcli.experiments.explain_options import GradientOptions
     from vitcli.experiments.occlusion import fill_image
-    from vitcli.loading import load_model
-    from vitcli.spec import WeightsSpec
 
-    register()
-    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_SIGMOID}", random=True), "cpu")
-    torch.manual_seed(0)
-    reference = open_clip.create_model(TINY_SIGMOID, pretrained=None).eval()
+    model, reference, tokenizer = siglip
     prepared = model.prepare(photo)
     steps = 32
     target = text_target(model, DOG, CAT)
     result = explain(model, prepared, ["ig"], gradient_options=GradientOptions(ig_steps=steps), embedding=target)
     ends = torch.stack([prepared.input, fill_image(model, prepared, "gray")])
-    scores = own_scores(reference, open_clip.get_tokenizer(TINY_SIGMOID), ends, [DOG, CAT])
+    scores = own_scores(reference, tokenizer, ends, [DOG, CAT])
     score, baseline_score = (scores[:, 0] - scores[:, 1]).tolist()
     check = result.maps[0].attribution.completeness
     assert result.target.score == pytest.approx(score, abs=1e-5)
@@ -372,23 +382,14 @@ def test_a_run_config_refuses_a_text_too_long_in_its_templates_once_not_per_imag
 
 
 @pytest.mark.parametrize("by", ["block", "head", "token"])
-def test_on_a_siglip_pair_the_decomposition_rebuilds_the_text_score(photo, by):
+def test_on_a_siglip_pair_the_decomposition_rebuilds_the_text_score(photo, siglip, by):
     """Attention pooling (SigLIP's map head) with a text target: blocks, heads or tokens, the pooling MLP's term and
     the constant add up to open_clip's own scale x cosine(encode_image, encode_text) difference within 1e-4."""
-    open_clip = pytest.importorskip("open_clip")
-    import torch
-    from tiny_open_clip import TINY_SIGMOID, register
-
     from vitcli.experiments.attribution import attribute
-    from vitcli.loading import load_model
-    from vitcli.spec import WeightsSpec
 
-    register()
-    model = load_model(WeightsSpec(model_name=f"open_clip:{TINY_SIGMOID}", random=True), "cpu")
-    torch.manual_seed(0)
-    reference = open_clip.create_model(TINY_SIGMOID, pretrained=None).eval()
+    model, reference, tokenizer = siglip
     prepared = model.prepare(photo)
-    scores = own_scores(reference, open_clip.get_tokenizer(TINY_SIGMOID), prepared.input[None], [DOG, CAT])[0]
+    scores = own_scores(reference, tokenizer, prepared.input[None], [DOG, CAT])[0]
     result = attribute(model, prepared, None, None, by, 12 if by == "token" else None, text_target(model, DOG, CAT))
     expected = float(scores[0] - scores[1])
     assert result.model_metric == pytest.approx(expected, abs=1e-5)
