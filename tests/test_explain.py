@@ -15,13 +15,13 @@ import torch.nn.functional as F
 
 from vitcli.errors import UsageError
 from vitcli.experiments.explain import (
-    METHODS,
     capture_gradients,
     check_methods,
     explain,
     resolve_block,
     unfused_attention,
 )
+from vitcli.explain_methods import METHOD_NAMES as METHODS
 from vitcli.model import VitModel
 from vitcli.presentation import explain as presentation
 

@@ -17,9 +17,10 @@ from torch import Tensor, nn
 from vitcli.capture.families import family_of
 from vitcli.capture.family import FEATURES, Family
 from vitcli.errors import UsageError
+from vitcli.explain_methods import EXPLAIN_METHODS, EXPLAIN_NEEDS
 
-# attribute --by token's parts of every head's term per source token; explain's dla map sums them.
-_TOKEN_PARTS = {"class_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"}
+# attribute --by token's parts of every head's term per source token: what explain's dla map sums.
+_TOKEN_PARTS = EXPLAIN_METHODS["dla"].needs
 
 # Each command, or a command with the option that makes it read more of the model, -> the features it needs.
 COMMAND_NEEDS: dict[str, frozenset[str]] = {
@@ -36,12 +37,12 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "occlude-patches": {"class_head"},
         "trace": {"class_head", "linear_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
         "compare": {"class_head", "linear_head", "cls_token", "plain_rows"},
-        "explain": {"class_head"},  # the pixel-gradient methods, Grad-CAM and occlusion
-        "explain --method attention": {"class_head", "pattern", "cls_token"},  # the CLS query's attention
-        "explain --method rollout": {"class_head", "pattern", "plain_rows"},
-        "explain --method relevance": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
-        "explain --method grad-rollout": {"class_head", "pattern", "plain_rows", "pattern_gradients"},
-        "explain --method dla": _TOKEN_PARTS,
+        "explain": EXPLAIN_NEEDS,  # the pixel-gradient methods, Grad-CAM and occlusion
+        # The methods that need more (vitcli.explain_methods), in the table's order of rows.
+        **{
+            f"explain --method {name}": EXPLAIN_METHODS[name].needs
+            for name in ("attention", "rollout", "relevance", "grad-rollout", "dla")
+        },
         # lens: the CLS and patch-mean readouts
         "lens": {"class_head", "linear_head", "plain_rows", "cls_token", "plain_pooling"},
         # By block: on Swin, the last stage's blocks and the rows entering it (experiments.attribution).

@@ -31,18 +31,21 @@ from vitcli.experiments.dla import DirectDecomposition, direct_decomposition, dl
 from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
-from vitcli.experiments.gradients import PIXEL_METHODS, PixelAttribution, count_backwards, pixel_attribution
+from vitcli.experiments.gradients import PixelAttribution, count_backwards, pixel_attribution
 from vitcli.experiments.occlusion import ClassProbability, SlidingWindows, fill_image, occlude_patches, resolve_target
 from vitcli.experiments.rollout import attention_rollout, check_rollout_options
+from vitcli.explain_methods import (
+    ATTENTION_METHODS,
+    COVERING_METHODS,
+    HOOKED_BACKWARD_METHODS,
+    METHOD_NAMES,
+    PIXEL_METHODS,
+)
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 from vitcli.targets import BoundTarget, EmbeddingScore, output_of, score_of
 
-METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout", "occlusion", *PIXEL_METHODS, "dla")
-ATTENTION_METHODS = frozenset({"relevance", "grad-rollout", "attention", "rollout"})
-GRADIENT_METHODS = frozenset({"relevance", "grad-rollout", "gradcam"})  # from the one hooked backward
-CONTRASTIVE_METHODS = GRADIENT_METHODS | set(PIXEL_METHODS) | {"dla"}
 OUTPUT_TOLERANCE = 1e-4  # largest |logits under the hooks - the model's own eval forward| allowed
 
 
@@ -81,11 +84,11 @@ class Explanation:
 
 def check_methods(methods: Iterable[str]) -> list[str]:
     chosen = list(dict.fromkeys(methods))
-    unknown = [method for method in chosen if method not in METHODS]
+    unknown = [method for method in chosen if method not in METHOD_NAMES]
     if unknown:
-        raise UsageError(f"unknown --method {unknown[0]!r}: choose from {', '.join(METHODS)}")
+        raise UsageError(f"unknown --method {unknown[0]!r}: choose from {', '.join(METHOD_NAMES)}")
     if not chosen:
-        raise UsageError(f"choose at least one --method: {', '.join(METHODS)}")
+        raise UsageError(f"choose at least one --method: {', '.join(METHOD_NAMES)}")
     return chosen
 
 
@@ -106,7 +109,7 @@ def count_work(
 ) -> int:
     """Passes `explain` reports through on_progress: occlusion's covers, the pixel methods' backward passes and the
     faithfulness curves."""
-    covers = model.map_grid.num_patches if "occlusion" in methods else 0
+    covers = model.map_grid.num_patches * len(COVERING_METHODS & set(methods))
     backwards = count_backwards(list(methods), gradient_options or GradientOptions())
     return covers + backwards + (count_forwards(len(methods), options) if options is not None else 0)
 
@@ -353,14 +356,15 @@ def method_maps(
     if needs_attention:
         require_attention(model)  # the explicit forward, or the family's captured attn.hook_pattern
     capture = None
-    if needs_attention or "gradcam" in methods:
+    reads_features = "gradcam" in methods  # Grad-CAM reads --block's rows and their gradients
+    if needs_attention or reads_features:
         capture = capture_gradients(
             model,
             prepared.input,
             target_index,
             attention=needs_attention,
-            feature_block=block if "gradcam" in methods else None,
-            backward=bool(GRADIENT_METHODS & set(methods)),
+            feature_block=block if reads_features else None,
+            backward=bool(HOOKED_BACKWARD_METHODS & set(methods)),
             eval_logits=clean_logits,
             contrast=contrast,
         )

@@ -27,8 +27,6 @@ from vitcli.grid import PatchGrid
 from vitcli.model import PreparedImage, VitModel
 from vitcli.targets import BoundTarget, output_of, score_of
 
-PIXEL_METHODS = ("ig", "smoothgrad", "gradient")
-
 
 @dataclass
 class Completeness:

@@ -19,6 +19,15 @@ from vitcli.experiments.explain_options import (
     check_audit_options,
     check_gradient_options,
 )
+from vitcli.explain_methods import (
+    ACROSS_BLOCKS_METHODS,
+    CONTRAST_METHODS,
+    COVERING_METHODS,
+    DEFAULT_METHODS,
+    EXPLAIN_METHODS,
+    METHOD_NAMES,
+    READS_BLOCK_METHODS,
+)
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.jobs.explain_options import audit_name_parts, audit_settings
 from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
@@ -27,30 +36,17 @@ from vitcli.naming import result_name, setting
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
-# Cheap together (one hooked forward and backward); occlusion runs one forward per patch, so it is asked for.
-DEFAULT_METHODS = ("relevance", "grad-rollout", "gradcam", "attention", "rollout")
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
-GRADIENT_METHODS = ("relevance", "grad-rollout", "gradcam", "ig", "smoothgrad", "gradient")
-CONTRAST_METHODS = (*GRADIENT_METHODS, "dla")  # the maps of a logit difference (occlusion's is a probability)
 
-
-class Method(StrEnum):
-    relevance = "relevance"
-    grad_rollout = "grad-rollout"
-    gradcam = "gradcam"
-    attention = "attention"
-    rollout = "rollout"
-    occlusion = "occlusion"
-    ig = "ig"
-    smoothgrad = "smoothgrad"
-    gradient = "gradient"
-    dla = "dla"
+# The command's choices, from the registry (vitcli.explain_methods); occlusion runs one forward per patch, so it is
+# asked for, not a default.
+Method = StrEnum("Method", {name.replace("-", "_"): name for name in METHOD_NAMES})
 
 
 def refuse_on_stages(methods: list[str], block: int, architecture: Any) -> None:
     """What a model of stages with their own grids (Swin) cannot explain: attention carried across blocks, the CLS
     query's attention, Grad-CAM off the last stage's grid (the one every map is drawn on)."""
-    across = [method for method in ("rollout", "grad-rollout", "relevance") if method in methods]
+    across = [method for method in ACROSS_BLOCKS_METHODS if method in methods]
     if across:
         raise UsageError(
             f"--method {across[0]}: rollout multiplies attention across blocks on one token grid; Swin's stages "
@@ -121,14 +117,13 @@ class ExplainJob(FollowsEmbedding, Job):
             raise UsageError(f"--contrast {self.contrast_text} is the target class {self.target}: choose another class")
 
     def uses(self) -> tuple[str, ...]:
-        from vitcli.capture.support import COMMAND_NEEDS
-
-        by_method = [f"explain --method {method}" for method in self.methods]
-        return ("explain", *(key for key in by_method if key in COMMAND_NEEDS))
+        """explain's row of the support table, and the row of each method that needs more of the model."""
+        needing = [method for method in self.methods if EXPLAIN_METHODS[method].needs is not None]
+        return ("explain", *(f"explain --method {method}" for method in needing))
 
     def name(self) -> str:
-        reads_block = {"gradcam", "attention"} & set(self.methods)
-        covers = "occlusion" in self.methods or self.faithfulness
+        reads_block = READS_BLOCK_METHODS & set(self.methods)
+        covers = bool(COVERING_METHODS & set(self.methods)) or self.faithfulness
         parts = [
             setting("m", self.methods),
             setting("b", self.block) if reads_block else None,
@@ -299,9 +294,9 @@ def explain_jobs(
             f"--sanity compares the maps with those of a random other class; it does not apply to {embedding.option}"
         )
     methods = list(dict.fromkeys(str(choice) for choice in method or DEFAULT_METHODS))
-    unknown = [choice for choice in methods if choice not in {member.value for member in Method}]
+    unknown = [choice for choice in methods if choice not in METHOD_NAMES]
     if unknown:
-        raise UsageError(f"unknown method {unknown[0]!r}: choose from {', '.join(member.value for member in Method)}")
+        raise UsageError(f"unknown method {unknown[0]!r}: choose from {', '.join(METHOD_NAMES)}")
     if str(fill) not in {member.value for member in Fill}:
         raise UsageError(f"unknown fill {fill!r}: choose one of {', '.join(member.value for member in Fill)}")
     if not faithfulness and steps is not None:
