@@ -297,25 +297,6 @@ def output_of(model: VitModel, target: Any) -> AbstractContextManager[None]:
     return pooled_output(model.family) if isinstance(target, BoundTarget) else nullcontext()
 
 
-@dataclass(frozen=True)
-class EmbeddingScore:
-    """An embedding target with its score on the clean image: what results show in place of a class."""
-
-    target: EmbeddingTarget
-    score: float
-
-    @property
-    def kind(self) -> str:
-        return self.target.kind
-
-    @property
-    def label(self) -> str:
-        return self.target.short
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.target.describe(), "clean_score": self.score}
-
-
 def score_of(output: Tensor, target: int | BoundTarget, contrast: int | None = None) -> Tensor:
     """(B,) scores of a forward's (B, ...) output: an embedding target's score of pooled embeddings, or a class's
     logit (minus the contrast class's) of logits; differentiable."""

@@ -33,10 +33,10 @@ from vitcli.capture import (
     resid_pre_site,
     sublayer_site,
 )
-from vitcli.experiments.occlusion import ClassProbability
+from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
-from vitcli.targets import BoundTarget, EmbeddingScore, output_of
+from vitcli.targets import BoundTarget, output_of
 
 HEAD, ATTENTION, MLP = "head", "attn", "mlp"
 ZERO, MEAN, RESAMPLE = "zero", "mean", "resample"
@@ -225,7 +225,7 @@ def ablate(
                 float(ablated[row, target] - clean[target]),
                 float(probabilities[row, target]),
                 float(probabilities[row, target] - clean_probabilities[target]),
-                ClassProbability(top, model.labels[top], float(probabilities[row, top])),
+                class_probability(model.labels, top, probabilities[row]),
                 top != clean_top1,
             )
         )
@@ -236,9 +236,9 @@ def ablate(
         replacements.description,
         model.depth,
         max(place.heads for place in model.family.places()),  # the maps' columns: Swin's last stage has the most
-        ClassProbability(target, model.labels[target], float(clean_probabilities[target])),
+        class_probability(model.labels, target, clean_probabilities),
         float(clean[target]),
-        ClassProbability(clean_top1, model.labels[clean_top1], float(clean_probabilities[clean_top1])),
+        class_probability(model.labels, clean_top1, clean_probabilities),
         outcomes,
     )
 

@@ -28,12 +28,12 @@ from torch import Tensor, nn
 
 from vitcli.capture import caching
 from vitcli.errors import VitcliError
-from vitcli.experiments.occlusion import ClassProbability
 from vitcli.experiments.readout import LinearReadout, linear_readout
+from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
-from vitcli.targets import BoundTarget, EmbeddingScore, output_of
+from vitcli.targets import BoundTarget, output_of
 
 RECONSTRUCTION_TOLERANCE = 1e-4
 EMBEDDING, ATTENTION, MLP, HEAD, ATTENTION_BIAS, TOKEN = "embedding", "attn", "mlp", "head", "attn bias", "token"
@@ -123,8 +123,8 @@ def attribute(
     else:
         probabilities = model.probabilities(logits)
         model_metric = float(logits[target].double() - (logits[contrast].double() if contrast is not None else 0.0))
-        followed = _class(model, target, probabilities)
-        contrasted = None if contrast is None else _class(model, contrast, probabilities)
+        followed = class_probability(model.labels, target, probabilities)
+        contrasted = None if contrast is None else class_probability(model.labels, contrast, probabilities)
     result = AttributionResult(
         prepared.source,
         model.spec.label,
@@ -160,10 +160,6 @@ def first_decomposed_block(model: VitModel) -> int:
         return 1
     places = model.family.places()
     return next(place.number for place in places if place.stage == places[-1].stage)
-
-
-def _class(model: VitModel, index: int, probabilities: Tensor) -> ClassProbability:
-    return ClassProbability(index, model.labels[index], float(probabilities[index]))
 
 
 def _readout_vectors(model: VitModel, block: int, readout: LinearReadout) -> tuple[Tensor, float]:

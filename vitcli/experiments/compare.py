@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from vitcli.capture import block_site, caching, resid_pre_site
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.predict import ClassScore, top_classes
+from vitcli.experiments.results import ClassScore, top_classes
 from vitcli.experiments.trace import full_float32
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource

@@ -32,7 +32,8 @@ from vitcli.experiments.explain_options import GradientOptions, check_gradient_o
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
 from vitcli.experiments.gradients import PixelAttribution, count_backwards, pixel_attribution
-from vitcli.experiments.occlusion import ClassProbability, SlidingWindows, fill_image, occlude_patches, resolve_target
+from vitcli.experiments.occlusion import SlidingWindows, fill_image, occlude_patches, resolve_target
+from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.experiments.rollout import attention_rollout, check_rollout_options
 from vitcli.explain_methods import (
     ATTENTION_METHODS,
@@ -44,7 +45,7 @@ from vitcli.explain_methods import (
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
-from vitcli.targets import BoundTarget, EmbeddingScore, output_of, score_of
+from vitcli.targets import BoundTarget, output_of, score_of
 
 OUTPUT_TOLERANCE = 1e-4  # largest |logits under the hooks - the model's own eval forward| allowed
 
@@ -312,7 +313,7 @@ def _class_target(
         raise UsageError(f"--contrast {contrast} is the target class {target_index}: choose another class")
 
     def scored(index: int) -> ClassProbability:
-        return ClassProbability(index, model.labels[index], float(clean[index]))
+        return class_probability(model.labels, index, clean)
 
     contrasted = None if contrast_index is None else scored(contrast_index)
     return scored(target_index), scored(int(clean.argmax())), contrasted, clean_logits

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from vitcli.capture import block_site, caching
 from vitcli.errors import VitcliError
-from vitcli.experiments.occlusion import ClassProbability, resolve_target
+from vitcli.experiments.occlusion import resolve_target
+from vitcli.experiments.results import ClassProbability, class_probability
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
 
@@ -81,7 +82,7 @@ def logit_lens(model: VitModel, prepared: PreparedImage, target: str | None = No
         prepared.source,
         model.spec.label,
         model.depth,
-        ClassProbability(index, model.labels[index], float(probabilities[index])),
+        class_probability(model.labels, index, probabilities),
         readouts,
         final_difference,
         own_readout,
@@ -96,5 +97,5 @@ def _readout(model: VitModel, block: int, readout: str, logits: Tensor, target: 
         readout,
         float(probabilities[target]),
         1 + int((logits > logits[target]).sum()),
-        ClassProbability(top, model.labels[top], float(probabilities[top])),
+        class_probability(model.labels, top, probabilities),
     )

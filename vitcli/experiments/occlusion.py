@@ -23,10 +23,11 @@ from torch import Tensor
 from vitcli.classes import resolve_class
 from vitcli.errors import UsageError
 from vitcli.experiments.covers import Cover, SlidingWindows, patch_drop_grid, pixel_drop_map, quadrant_covers
+from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
-from vitcli.targets import BoundTarget, EmbeddingScore, output_of
+from vitcli.targets import BoundTarget, output_of
 
 FILLS = ("gray", "black", "white", "mean", "blur")
 # Batching changes float32 sums slightly (about 1e-7 in probability): smaller changes count as "unchanged".
@@ -107,13 +108,6 @@ def pixels_uint8(model: VitModel, image: Tensor) -> np.ndarray:
 # ----- the target class
 
 
-@dataclass(frozen=True)
-class ClassProbability:
-    index: int
-    label: str
-    probability: float
-
-
 def resolve_target(model: VitModel, text: str | None, clean: Tensor) -> int:
     """The class to follow: the clean top-1 (clean holds the clean image's scores), or the class `text` names."""
     index = None if text is None else resolve_class(model.labels, text)
@@ -166,8 +160,8 @@ def baseline(
         prepared.source,
         model.spec.label,
         fill,
-        ClassProbability(index, model.labels[index], float(clean[index])),
-        ClassProbability(top, model.labels[top], float(clean[top])),
+        class_probability(model.labels, index, clean),
+        class_probability(model.labels, top, clean),
     )
 
 

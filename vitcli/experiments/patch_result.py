@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vitcli.experiments.predict import ClassScore
+from vitcli.experiments.results import ClassScore
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.targets import EmbeddingTarget

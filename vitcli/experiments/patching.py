@@ -47,7 +47,7 @@ from vitcli.experiments.patch_result import (
     PatchResult,
     correlations,
 )
-from vitcli.experiments.predict import top_classes
+from vitcli.experiments.results import top_classes
 from vitcli.experiments.trace import full_float32
 from vitcli.jobs import Steps
 from vitcli.model import PreparedImage, VitModel

@@ -7,19 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from vitcli.experiments.results import ClassScore, top_classes
 from vitcli.images import ImageSource
 
 if TYPE_CHECKING:
     from vitcli.zero_shot import ZeroShot
-
-
-@dataclass(frozen=True)
-class ClassScore:
-    rank: int
-    index: int
-    label: str
-    probability: float
-    logit: float
 
 
 @dataclass
@@ -47,12 +39,3 @@ def predict(
     probabilities = zero_shot.probabilities(logits.double())
     top = top_classes(logits, probabilities, labels, top_k)
     return Prediction(source, top, weights, zero_shot.kind, zero_shot.describe())
-
-
-def top_classes(logits: Tensor, probabilities: Tensor, labels: list[str], top_k: int) -> list[ClassScore]:
-    """The top_k classes by probability, ranked from 1, each with its label, probability and logit."""
-    best = probabilities.topk(min(top_k, probabilities.numel()))
-    return [
-        ClassScore(rank + 1, index, labels[index], float(probabilities[index]), float(logits[index]))
-        for rank, index in enumerate(best.indices.tolist())
-    ]

@@ -23,7 +23,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.experiments.predict import ClassScore, top_classes
+from vitcli.experiments.results import ClassScore, top_classes
 from vitcli.experiments.trace_stages import BlockSummary, FollowedToken, Stage, Tracer, capture_forward, run_blocks
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb

@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from vitcli.experiments.ablation import HEAD, AblationResult, AblationSpreads
+from vitcli.experiments.results import EmbeddingScore
 from vitcli.render import weights_caption
-from vitcli.targets import EmbeddingScore
 
 SUBLAYERS = ("attn", "mlp")
 _LABEL_BOX = {"facecolor": "white", "alpha": 0.6, "pad": 0.5, "linewidth": 0}  # readable on any cell colour

@@ -19,8 +19,8 @@ from vitcli.experiments.attribution import (
     AttributionResult,
     Term,
 )
+from vitcli.experiments.results import EmbeddingScore
 from vitcli.render import weights_caption
-from vitcli.targets import EmbeddingScore
 
 DEFINITION = (
     "metric = target logit (minus the contrast's); final rows = embedding + every block's attention and MLP outputs "

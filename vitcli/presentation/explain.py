@@ -16,7 +16,7 @@ from rich.text import Text
 
 from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
-from vitcli.experiments.occlusion import ClassProbability
+from vitcli.experiments.results import ClassProbability, EmbeddingScore
 from vitcli.grid import PatchGrid
 from vitcli.presentation.common import method_column
 from vitcli.presentation.explain_audit import (
@@ -28,7 +28,6 @@ from vitcli.presentation.explain_audit import (
     decomposition_json,
 )
 from vitcli.render import weights_caption
-from vitcli.targets import EmbeddingScore
 
 TOP_PATCHES = 5
 

@@ -16,9 +16,9 @@ from rich.console import Group
 from rich.table import Table
 
 from vitcli.experiments.occlusion import PatchOcclusion, QuadrantOcclusion
+from vitcli.experiments.results import EmbeddingScore
 from vitcli.presentation import occlusion_fields as fields
 from vitcli.render import weights_caption
-from vitcli.targets import EmbeddingScore
 
 STRONGEST_SHOWN = 5  # covers listed in the sliding windows' table
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from vitcli.experiments.covers import Cover
-from vitcli.experiments.occlusion import Baseline, ClassProbability, CoverOutcome
-from vitcli.targets import EmbeddingScore
+from vitcli.experiments.occlusion import Baseline, CoverOutcome
+from vitcli.experiments.results import ClassProbability, EmbeddingScore
 
 
 def baseline_json(base: Baseline) -> dict[str, Any]:

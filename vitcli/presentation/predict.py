@@ -7,7 +7,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from vitcli.experiments.predict import ClassScore, Prediction
+from vitcli.experiments.predict import Prediction
+from vitcli.experiments.results import ClassScore
 from vitcli.render import weights_caption
 
 
