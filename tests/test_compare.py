@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from vitcli.classes import resolve_class
 from vitcli.errors import UsageError
 from vitcli.experiments.compare import TOP_DIMENSIONS, compare_images
 from vitcli.model import VitModel
 from vitcli.spec import WeightsSpec
+from vitcli.target_class import resolve_class
 
 from conftest import RANDOM_CPU, result_files
 

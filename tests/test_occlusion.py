@@ -22,9 +22,9 @@ from vitcli.experiments.occlusion import (
     measure_covers,
     occlude_patches,
     occlude_quadrants,
-    resolve_target,
 )
 from vitcli.grid import PatchGrid
+from vitcli.target_class import resolve_target
 
 from conftest import RANDOM_CPU, result_files
 

@@ -1,59 +1,16 @@
-"""The names of a model's classes (labels files, ImageNet's names, "class N"), and naming a class on the command line:
-an index or a label, one meaning for every option that takes a class."""
+"""The names of a model's classes: labels files, ImageNet's names, "class N". Naming a class on the command line is
+vitcli.target_class."""
 
 from __future__ import annotations
 
-import difflib
 import functools
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.spec import WeightsSpec, ascii_number
-
-
-def resolve_class(labels: Sequence[str], text: str, option: str = "--target") -> int:
-    """The class `text` names: an index, or a label matched case-insensitively (the whole label, then one of its
-    comma-separated names, then a part of it); several matches or none are usage errors that list candidates."""
-    cleaned = text.strip()
-    index = ascii_number(cleaned)
-    if index is not None:
-        if index >= len(labels):
-            raise UsageError(f"{option} {index} does not exist: class indexes are 0..{len(labels) - 1}")
-        return index
-    wanted = cleaned.casefold()
-    folded = [label.casefold() for label in labels]
-    stages = [
-        [index for index, label in enumerate(folded) if label == wanted],
-        [index for index, label in enumerate(folded) if wanted in (name.strip() for name in label.split(","))],
-        [index for index, label in enumerate(folded) if wanted in label],
-    ]
-    for matches in stages:
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            listed = "; ".join(f"{index} {labels[index]}" for index in matches[:10])
-            more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
-            raise UsageError(f"{option} {text!r} matches {len(matches)} classes: {listed}{more}; give the class index")
-    close = difflib.get_close_matches(wanted, folded, n=3, cutoff=0.6)
-    hint = "; close: " + "; ".join(f"{folded.index(c)} {labels[folded.index(c)]}" for c in close) if close else ""
-    raise UsageError(f"{option} {text!r} matches no class label{hint}; give a label or an index 0..{len(labels) - 1}")
-
-
-def resolve_contrast(labels: Sequence[str], text: str | None, target: int | None) -> int | None:
-    """A --contrast text as a class index (None when not given), refused when it names the --target class: the metric
-    logit(target) - logit(contrast) would be 0."""
-    if text is None:
-        return None
-    contrast = resolve_class(labels, text, "--contrast")
-    if contrast == target:
-        raise UsageError(
-            f"--contrast {text} is the target class {target}: logit(target) - logit(contrast) would be 0; "
-            "choose another class"
-        )
-    return contrast
+from vitcli.spec import WeightsSpec
 
 
 def class_names(spec: WeightsSpec, num_classes: int, pretrained_cfg: Mapping[str, Any]) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from vitcli.capture import (
 from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.target_class import target_or_top1
 from vitcli.targets import BoundTarget, output_of
 
 HEAD, ATTENTION, MLP = "head", "attn", "mlp"
@@ -213,7 +214,7 @@ def ablate(
         return _embedding_result(model, prepared, ablations, replacements, embedding, clean, ablated)
     clean_probabilities = model.probabilities(clean)
     probabilities = model.probabilities(ablated)
-    target = int(clean.argmax()) if target is None else target
+    target = target_or_top1(target, clean)
     clean_top1 = int(clean.argmax())
     outcomes = []
     for row, ablation in enumerate(ablations):

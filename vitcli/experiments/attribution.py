@@ -33,6 +33,7 @@ from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_p
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.target_class import target_or_top1
 from vitcli.targets import BoundTarget, output_of
 
 RECONSTRUCTION_TOLERANCE = 1e-4
@@ -106,7 +107,7 @@ def attribute(
     if embedding is not None:  # `logits` is the pooled embedding
         readout = linear_readout(net, final_rows, None, None, embedding.readout(logits))
     else:
-        target = int(logits.argmax()) if target is None else target
+        target = target_or_top1(target, logits)
         readout = linear_readout(net, final_rows, target, contrast)
     block_terms = [Term(EMBEDDING, None, None, None, readout.term(cache[f"blocks.{first}.hook_resid_pre"]))]
     for b in blocks:

@@ -32,7 +32,7 @@ from vitcli.experiments.explain_options import GradientOptions, check_gradient_o
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
 from vitcli.experiments.faithfulness import faithfulness as faithfulness_curves
 from vitcli.experiments.gradients import PixelAttribution, count_backwards, pixel_attribution
-from vitcli.experiments.occlusion import SlidingWindows, fill_image, occlude_patches, resolve_target
+from vitcli.experiments.occlusion import SlidingWindows, fill_image, occlude_patches
 from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.experiments.rollout import attention_rollout, check_rollout_options
 from vitcli.explain_methods import (
@@ -45,6 +45,7 @@ from vitcli.explain_methods import (
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.target_class import resolve_target
 from vitcli.targets import BoundTarget, output_of, score_of
 
 OUTPUT_TOLERANCE = 1e-4  # largest |logits under the hooks - the model's own eval forward| allowed

@@ -16,10 +16,10 @@ from torch import Tensor
 
 from vitcli.capture import block_site, caching
 from vitcli.errors import VitcliError
-from vitcli.experiments.occlusion import resolve_target
 from vitcli.experiments.results import ClassProbability, class_probability
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.target_class import resolve_target
 
 CLS = "CLS"
 PATCH_MEAN = "patch mean"

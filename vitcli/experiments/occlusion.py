@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vitcli.classes import resolve_class
 from vitcli.errors import UsageError
 from vitcli.experiments.covers import Cover, SlidingWindows, patch_drop_grid, pixel_drop_map, quadrant_covers
 from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
+from vitcli.target_class import resolve_target
 from vitcli.targets import BoundTarget, output_of
 
 FILLS = ("gray", "black", "white", "mean", "blur")
@@ -103,15 +103,6 @@ def pixels_uint8(model: VitModel, image: Tensor) -> np.ndarray:
     std = torch.tensor(model.std).reshape(3, 1, 1)
     pixels = image * std + mean
     return (pixels.permute(1, 2, 0) * 255).round().clamp(0, 255).to(torch.uint8).numpy()
-
-
-# ----- the target class
-
-
-def resolve_target(model: VitModel, text: str | None, clean: Tensor) -> int:
-    """The class to follow: the clean top-1 (clean holds the clean image's scores), or the class `text` names."""
-    index = None if text is None else resolve_class(model.labels, text)
-    return int(clean.argmax()) if index is None else index
 
 
 # ----- measuring

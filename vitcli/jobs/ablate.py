@@ -12,9 +12,10 @@ from typing import Any
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
+from vitcli.jobs.following import FollowsEmbedding
 from vitcli.naming import result_name, setting
 from vitcli.spec import ascii_number
+from vitcli.target_class import resolve_target_text
 from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 SUBLAYERS = ("attn", "mlp")

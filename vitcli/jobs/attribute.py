@@ -8,8 +8,9 @@ from typing import Any
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
+from vitcli.jobs.following import FollowsEmbedding
 from vitcli.naming import result_name, setting
+from vitcli.target_class import resolve_contrast, resolve_target_text, target_or_top1
 from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 
@@ -66,8 +67,6 @@ class AttributeJob(FollowsEmbedding, Job):
                     f"--by token: {architecture.name}'s attention normalizes or gates the heads before attn.proj, "
                     "so a head's output is not a sum over source tokens"
                 )
-        from vitcli.classes import resolve_contrast
-
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
@@ -105,7 +104,7 @@ class AttributeJob(FollowsEmbedding, Job):
         if self.embedding_target is not None:
             embedding = self.bound_target(work.model)
             return attribute(work.model, work.image, None, None, self.by, self.block, embedding)
-        target = self.target if self.target is not None else int(work.clean_logits().argmax())
+        target = target_or_top1(self.target, work.clean_logits())
         if target == self.contrast:
             raise VitcliError(
                 f"--contrast {self.contrast} is this image's top-1, the default target: give --target or another class"

@@ -31,7 +31,7 @@ class CompareJob(Job):
             self.pairs = parse_pairs(self.pairs_text, count)
 
     def check(self, architecture: Any) -> None:
-        from vitcli.classes import resolve_class
+        from vitcli.target_class import resolve_class
 
         self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, architecture.num_classes, "the model's classes")
         self.classes = list(

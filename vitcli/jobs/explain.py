@@ -30,10 +30,11 @@ from vitcli.explain_methods import (
 )
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.jobs.explain_options import audit_name_parts, audit_settings
-from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
+from vitcli.jobs.following import FollowsEmbedding
 from vitcli.jobs.occlude import Fill
 from vitcli.naming import result_name, setting
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
+from vitcli.target_class import resolve_contrast, resolve_target_text
 from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
@@ -112,9 +113,7 @@ class ExplainJob(FollowsEmbedding, Job):
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_target_text(architecture, self.contrast_text)
-        if self.contrast is not None and self.contrast == self.target:
-            raise UsageError(f"--contrast {self.contrast_text} is the target class {self.target}: choose another class")
+        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
 
     def uses(self) -> tuple[str, ...]:
         """explain's row of the support table, and the row of each method that needs more of the model."""

@@ -1,5 +1,5 @@
-"""What a job follows when it follows a target: a class given as text (resolved before weights load) or a target in
-embedding space (vitcli.targets), bound to the loaded model once."""
+"""A job's target in embedding space (vitcli.targets), bound to the loaded model once. A class given as text is
+resolved by vitcli.target_class."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ from vitcli.targets import EmbeddingTarget
 if TYPE_CHECKING:
     from vitcli.model import VitModel
     from vitcli.targets import BoundTarget
-
-
-def resolve_target_text(architecture: Any, text: str | None) -> int | None:
-    """A --target text as a class index before weights load; None keeps the clean top-1 (known only per image)."""
-    from vitcli.classes import resolve_class
-
-    return None if text is None else resolve_class(architecture.labels, text)
 
 
 class FollowsEmbedding:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import resolve_target_text
 from vitcli.naming import result_name, setting
+from vitcli.target_class import resolve_target_text
 
 
 class LensJob(Job):

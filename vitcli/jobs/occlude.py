@@ -33,11 +33,11 @@ class OcclusionJob(FollowsEmbedding, Job):
         self.target: int | None = None  # class index; None follows each image's clean top-1
 
     def check(self, architecture: Any) -> None:
-        from vitcli.classes import resolve_class
+        from vitcli.target_class import resolve_target_text
 
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = None if self.target_text is None else resolve_class(architecture.labels, self.target_text)
+        self.target = resolve_target_text(architecture, self.target_text)
 
     @property
     def target_part(self) -> str:

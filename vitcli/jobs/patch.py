@@ -10,8 +10,9 @@ from typing import Any
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding, resolve_target_text
+from vitcli.jobs.following import FollowsEmbedding
 from vitcli.naming import image_subject, result_name, setting
+from vitcli.target_class import resolve_target_text
 from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
 
@@ -54,8 +55,8 @@ class PatchJob(FollowsEmbedding, Job):
         self.contrast: int | None = None
 
     def check(self, architecture: Any) -> None:
-        from vitcli.classes import resolve_contrast
         from vitcli.loading import require_pre_norm
+        from vitcli.target_class import resolve_contrast
 
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
