@@ -481,6 +481,13 @@ CASES: list[BadInput] = [
         2,
         lambda tmp: refusal(lambda: read_text_bank(labels_file(tmp, "bank.txt", "a caf\u00e9\n".encode("latin-1")))),
     ),
+    # one source of weights, whichever front end builds the spec (the API's load_model and run configs included)
+    BadInput(
+        "a weights spec with a checkpoint and random weights",
+        ("--checkpoint and --weights random contradict each other", "choose one source of weights"),
+        2,
+        lambda tmp: refusal(lambda: WeightsSpec(random=True, checkpoint=tmp / "w.safetensors")),
+    ),
 ]
 
 # No "KeyError", "EOFError", "UnpicklingError"...: people cannot act on a class name.

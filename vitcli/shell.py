@@ -276,8 +276,6 @@ def build_context(
         # Pillow, numpy, matplotlib and torch speak through `warnings`; --quiet means none of it.
         warnings.simplefilter("ignore")
         os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    if checkpoint is not None and weights is Weights.random:
-        raise UsageError("--checkpoint and --weights random contradict each other: choose one source of weights")
     if seed_name is not None and seed is not None and weights is not Weights.random:
         source = "the checkpoint's" if checkpoint is not None else "the pretrained"
         print(

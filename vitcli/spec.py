@@ -51,6 +51,12 @@ def check_count(option: str, value: int, low: int, high: int, why: str) -> int:
     return value
 
 
+def check_weights_source(random: bool, checkpoint: Path | None) -> None:
+    """One source of weights: the pretrained ones, a checkpoint or seeded random weights, never two."""
+    if random and checkpoint is not None:
+        raise UsageError("--checkpoint and --weights random contradict each other: choose one source of weights")
+
+
 @dataclass(frozen=True)
 class WeightsSpec:
     """Which network to build, where its weights come from and where its class names come from.
@@ -77,7 +83,10 @@ class WeightsSpec:
     recorded: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        # Checked here, before anything is built: torch would refuse it only after the skeleton and imports.
+        # The one check of where the weights come from, whichever front end built the spec (the command line, a
+        # run config, the Python API); before anything is built: torch would refuse a bad seed only after the
+        # skeleton and imports.
+        check_weights_source(self.random, self.checkpoint)
         check_seed("--seed", self.seed)
 
     @property
