@@ -26,6 +26,8 @@ class ExplainMethod:
     covers: bool = False
     # Carries attention across blocks on one token grid (models of stages, Swin, cannot).
     across_blocks: bool = False
+    # Multiplies attention across blocks by rollout, which reads the head fusion and the discard ratio.
+    rolls_out: bool = False
     # Cheap together in one hooked forward and backward: run when no --method is given.
     default: bool = False
     # The family features it needs beyond explain's own class head (capture.family.FEATURES); None: nothing more.
@@ -54,12 +56,15 @@ _REGISTRY = (
         hooked_backward=True,
         contrastive=True,
         across_blocks=True,
+        rolls_out=True,
         default=True,
         needs=_PATTERN | {"plain_rows", "pattern_gradients"},
     ),
     ExplainMethod("gradcam", hooked_backward=True, contrastive=True, reads_block=True, default=True),
     ExplainMethod("attention", attention=True, reads_block=True, default=True, needs=_PATTERN | {"cls_token"}),
-    ExplainMethod("rollout", attention=True, across_blocks=True, default=True, needs=_PATTERN | {"plain_rows"}),
+    ExplainMethod(
+        "rollout", attention=True, across_blocks=True, rolls_out=True, default=True, needs=_PATTERN | {"plain_rows"}
+    ),
     ExplainMethod("occlusion", covers=True),
     ExplainMethod("ig", pixel_gradients=True, contrastive=True),
     ExplainMethod("smoothgrad", pixel_gradients=True, contrastive=True),
@@ -87,6 +92,7 @@ HOOKED_BACKWARD_METHODS = frozenset(names_where("hooked_backward"))
 PIXEL_METHODS = names_where("pixel_gradients")
 CONTRAST_METHODS = names_where("contrastive")
 READS_BLOCK_METHODS = frozenset(names_where("reads_block"))
+ROLLOUT_METHODS = frozenset(names_where("rolls_out"))
 COVERING_METHODS = frozenset(names_where("covers"))
 # Rollout first, then the methods that build on it: the refusal on models of stages names the first one given.
 ACROSS_BLOCKS_METHODS = names_where("across_blocks")[::-1]

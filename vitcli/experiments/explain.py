@@ -41,6 +41,7 @@ from vitcli.explain_methods import (
     HOOKED_BACKWARD_METHODS,
     METHOD_NAMES,
     PIXEL_METHODS,
+    ROLLOUT_METHODS,
 )
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
@@ -266,7 +267,7 @@ def explain(
     check_gradient_options(gradient_options)
     if faithfulness is not None:
         check_options(model.map_grid, faithfulness)
-    if {"rollout", "grad-rollout"} & set(methods):
+    if ROLLOUT_METHODS & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
     if embedding is not None:
         followed, top1, contrasted, clean_logits = _embedding_target(model, prepared, embedding)
