@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from vitcli import explain_methods as registry
 from vitcli.capture import block_site, caching_with_gradients, pattern_site
 from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
 from vitcli.errors import UsageError, VitcliError
@@ -35,14 +36,6 @@ from vitcli.experiments.gradients import PixelAttribution, count_backwards, pixe
 from vitcli.experiments.occlusion import SlidingWindows, fill_image, occlude_patches
 from vitcli.experiments.results import ClassProbability, EmbeddingScore, class_probability
 from vitcli.experiments.rollout import attention_rollout, check_rollout_options
-from vitcli.explain_methods import (
-    ATTENTION_METHODS,
-    COVERING_METHODS,
-    HOOKED_BACKWARD_METHODS,
-    METHOD_NAMES,
-    PIXEL_METHODS,
-    ROLLOUT_METHODS,
-)
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource
 from vitcli.model import PreparedImage, VitModel
@@ -87,11 +80,11 @@ class Explanation:
 
 def check_methods(methods: Iterable[str]) -> list[str]:
     chosen = list(dict.fromkeys(methods))
-    unknown = [method for method in chosen if method not in METHOD_NAMES]
+    unknown = [method for method in chosen if method not in registry.METHOD_NAMES]
     if unknown:
-        raise UsageError(f"unknown --method {unknown[0]!r}: choose from {', '.join(METHOD_NAMES)}")
+        raise UsageError(f"unknown --method {unknown[0]!r}: choose from {', '.join(registry.METHOD_NAMES)}")
     if not chosen:
-        raise UsageError(f"choose at least one --method: {', '.join(METHOD_NAMES)}")
+        raise UsageError(f"choose at least one --method: {', '.join(registry.METHOD_NAMES)}")
     return chosen
 
 
@@ -112,7 +105,7 @@ def count_work(
 ) -> int:
     """Passes `explain` reports through on_progress: occlusion's covers, the pixel methods' backward passes and the
     faithfulness curves."""
-    covers = model.map_grid.num_patches * len(COVERING_METHODS & set(methods))
+    covers = model.map_grid.num_patches * len(registry.COVERING_METHODS & set(methods))
     backwards = count_backwards(list(methods), gradient_options or GradientOptions())
     return covers + backwards + (count_forwards(len(methods), options) if options is not None else 0)
 
@@ -267,7 +260,7 @@ def explain(
     check_gradient_options(gradient_options)
     if faithfulness is not None:
         check_options(model.map_grid, faithfulness)
-    if ROLLOUT_METHODS & set(methods):
+    if registry.ROLLOUT_METHODS & set(methods):
         check_rollout_options(head_fusion, discard_ratio)
     if embedding is not None:
         followed, top1, contrasted, clean_logits = _embedding_target(model, prepared, embedding)
@@ -355,19 +348,18 @@ def method_maps(
 
     The audits call this again on perturbed images and randomised models."""
     block, contrast = settings.block, settings.contrast
-    needs_attention = bool(ATTENTION_METHODS & set(methods))
+    needs_attention = bool(registry.ATTENTION_METHODS & set(methods))
     if needs_attention:
         require_attention(model)  # the explicit forward, or the family's captured attn.hook_pattern
     capture = None
-    reads_features = "gradcam" in methods  # Grad-CAM reads --block's rows and their gradients
-    if needs_attention or reads_features:
+    if needs_attention or "gradcam" in methods:
         capture = capture_gradients(
             model,
             prepared.input,
             target_index,
             attention=needs_attention,
-            feature_block=block if reads_features else None,
-            backward=bool(HOOKED_BACKWARD_METHODS & set(methods)),
+            feature_block=block if "gradcam" in methods else None,
+            backward=bool(registry.HOOKED_BACKWARD_METHODS & set(methods)),
             eval_logits=clean_logits,
             contrast=contrast,
         )
@@ -417,7 +409,7 @@ def method_maps(
     }
     maps = []
     for method in methods:
-        if method in PIXEL_METHODS:
+        if method in registry.PIXEL_METHODS:
             values, attribution, unit, definition = pixel_attribution(
                 model, prepared, method, target_index, contrast, settings.gradients, on_progress
             )
