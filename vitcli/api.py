@@ -78,8 +78,6 @@ def load_model(
         raise UsageError(f"name must be a timm model name such as {DEFAULT_MODEL!r}, not {name!r}")
     if not isinstance(weights, str) or weights not in ("pretrained", "random"):
         raise UsageError(f"weights must be 'pretrained' or 'random', not {weights!r}")
-    if checkpoint is not None and weights == "random":
-        raise UsageError("checkpoint and weights='random' contradict each other: choose one source of weights")
     if not isinstance(device, str) or device not in ("auto", "cpu", "cuda", "mps"):
         raise UsageError(f"device must be one of auto, cpu, cuda, mps, not {device!r}")
     # --seed, --checkpoint, --labels and --batch-size as the command line converts and bounds them.
