@@ -247,29 +247,27 @@ class _Memory:
 def _compute_and_publish(
     job: Job, model: VitModel, image: str | Path | None, call: str, images: list[Path] | None = None
 ) -> Result:
-    from vitcli.filenames import escaped_path
-    from vitcli.jobs import ImageWork, Steps
-    from vitcli.naming import MODEL_SUBJECT, image_subject, set_subject
+    """`job` run by a session on `model` (vitcli.session, as the commands run it), published into memory."""
     from vitcli.output import Emitter, Messages
-    from vitcli.runner import Publisher
+    from vitcli.runner import Published, Publisher, Report
+    from vitcli.session import Session
 
-    if job.scope == "model":
-        value, subject, subject_json = job.compute_once(model), MODEL_SUBJECT, None
-    elif job.scope == "set":
-        paths = images or []
-        value = job.compute_set(model, paths, Steps())
-        subject, subject_json = set_subject(paths), {"images": [escaped_path(path) for path in paths]}
-    else:
-        if image is None:
-            raise UsageError(f"`{job.command}` needs an image: pass its path")
-        prepared = model.prepare(Path(image))
-        value = job.compute(ImageWork(model, prepared))
-        subject, subject_json = image_subject(prepared.source.path), prepared.source.to_json()
+    if job.scope == "image" and image is None:
+        raise UsageError(f"`{job.command}` needs an image: pass its path")
+    paths = [Path(image)] if job.scope == "image" and image is not None else list(images or [])
     memory = _Memory()
     provenance = {**model.provenance(), "weights_label": model.spec.label, "command": call}
     publisher = Publisher(memory, "memory", Emitter("table", quiet=True), Messages(quiet=True), provenance)  # type: ignore[arg-type]
-    _, presentation = publisher.publish(subject, subject_json, job, value)
-    return Result(job, value, presentation, memory.files)
+    publisher.keeps_caches = False
+    session = Session(model, publisher, reraise=True)
+    published: list[Published] = []
+    session.on_published(published.append)
+    session.run([job], paths, Report())
+    if not published:
+        raise VitcliError(f"`{job.command}` computed nothing: it needs images")
+    (one,) = published
+    assert one.presentation is not None  # the runner publishes every result with its presentation
+    return Result(job, one.result, one.presentation, memory.files)
 
 
 def _call_text(command: str, image: str | Path | None, options: dict[str, Any]) -> str:

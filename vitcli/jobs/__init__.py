@@ -116,9 +116,14 @@ class Job(ABC):
         """The typed result about the run's images together (jobs of scope "set")."""
         raise NotImplementedError(f"{self.command} does not compute over a set of images")
 
+    def subject_of_set(self, result: Any) -> dict[str, Any] | None:
+        """The subject JSON of a result about a set (jobs of scope "set"), when the result describes its images
+        better than their paths (compare's hashes and sizes); None: the paths."""
+        return None
+
     def attach(self, publisher: Any) -> None:  # noqa: B027  (most jobs keep nothing in the store)
         """The run's publisher, before compute_set, for a job that keeps a cache in the output store (heads' text
-        embeddings)."""
+        embeddings); not called where results are kept in memory (the Python API)."""
 
     @abstractmethod
     def present(self, result: Any) -> Presentation:
