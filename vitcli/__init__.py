@@ -16,6 +16,7 @@ _API = (
     "anatomy",
     "attend",
     "attribute",
+    "compare",
     "explain",
     "explore",
     "heads",

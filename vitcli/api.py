@@ -172,6 +172,9 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     if len(jobs) != 1:
         raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
     (job,) = jobs
+    if job.scope == "set":
+        function = command.replace("-", "_")
+        raise UsageError(f"`{command}` is about several images together: call vitcli.{function}(model, images, ...)")
     return _compute_and_publish(job, model, image, _call_text(command, image, options))
 
 
@@ -366,6 +369,23 @@ def anatomy(
 def heads(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
     """`vitcli heads`: each head of the last blocks described by texts (TextSpan) over `images` (files, folders or
     globs). Options: texts (the bank file, required), blocks, k. The bank's embeddings are computed on each call."""
+    return _over_images("heads", model, images, options, lambda job: job.check_texts(model))  # type: ignore[attr-defined]
+
+
+def compare(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
+    """`vitcli compare`: two or more images side by side (`images`: files, folders or globs, in order: the first is
+    A, the second B). Options: classes (indices or labels, one or a list), top_k, pairs ("A~C,B~D", "all")."""
+    return _over_images("compare", model, images, options)
+
+
+def _over_images(
+    command: str,
+    model: VitModel,
+    images: str | Path | list[str | Path],
+    options: dict[str, Any],
+    check_model: Callable[[Job], None] | None = None,
+) -> Result:
+    """An experiment about `images` together (a Job of scope "set"), as the command runs it."""
     from vitcli.context import check_jobs
     from vitcli.images import resolve_images
     from vitcli.job_registry import job_builder
@@ -375,10 +395,11 @@ def heads(model: VitModel, images: str | Path | list[str | Path], **options: Any
     if not all(isinstance(item, (str, os.PathLike)) for item in given):
         raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
     paths = list(dict.fromkeys(resolve_images([str(item) for item in given])))
-    heads_jobs = job_builder("heads")
-    (job,) = heads_jobs(**_options("heads", heads_jobs, options))
+    builder = job_builder(command)
+    (job,) = builder(**_options(command, builder, options))
     check_jobs(architecture_of(model), [job])
     job.check_images(len(paths))
-    job.check_texts(model)  # type: ignore[attr-defined]
-    call = _call_text("heads", None, {"images": [str(item) for item in given], **options})
+    if check_model is not None:
+        check_model(job)
+    call = _call_text(command, None, {"images": [str(item) for item in given], **options})
     return _compute_and_publish(job, model, None, call, paths)

@@ -1,0 +1,98 @@
+"""One session runs every front end's Jobs: the experiments about several images together (compare) through the
+Python API and `vitcli run` configs give the command's own files.
+
+The oracle is the file the command writes for the same images and options: the API and a config must produce the
+same JSON (provenance's command line aside) and the same CSV rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas
+import pytest
+
+import vitcli
+from vitcli.errors import UsageError
+
+from configs import write_config
+from conftest import RANDOM_CPU, result_files
+
+COMPARE = """
+name = "sets"
+images = {images}
+[model]
+weights = "random"
+seed = 0
+device = "cpu"
+[[experiments]]
+command = "compare"
+classes = [283, "Newfoundland dog"]
+top-k = 3
+pairs = "all"
+"""
+COMPARE_ARGUMENTS = ["--class", "283", "--class", "Newfoundland dog", "--top-k", "3", "--pairs", "all"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return vitcli.load_model(weights="random", device="cpu")
+
+
+def without_command_line(document: dict) -> dict:
+    document = json.loads(json.dumps(document))
+    document["provenance"].pop("command")
+    return document
+
+
+def the_commands_files(cli, workdir: Path, images: list[Path]) -> tuple[str, dict[str, Path]]:
+    """The result name and files of `vitcli compare` on `images` with COMPARE_ARGUMENTS."""
+    written = cli("compare", *images, *RANDOM_CPU, *COMPARE_ARGUMENTS, "--quiet", "-o", "single")
+    assert written.exit_code == 0, written.stderr
+    (document,) = (workdir / "single").rglob("compare-*.json")
+    return document.stem, result_files(workdir / "single", document.stem)
+
+
+def test_the_compare_api_equals_the_commands_json_and_csv(model, cli, workdir, photo, newfoundland):
+    images = [photo.absolute(), newfoundland.absolute()]
+    result = vitcli.compare(model, images, classes=[283, "Newfoundland dog"], top_k=3, pairs="all")
+    name, files = the_commands_files(cli, workdir, images)
+    assert result.name == name
+    assert without_command_line(result.to_dict()) == without_command_line(json.loads(files["json"].read_text()))
+    assert result.to_dict()["provenance"]["command"].startswith("vitcli.compare(model, images=[")
+    pandas.testing.assert_frame_equal(result.to_frame(), pandas.read_csv(files["csv"]), check_dtype=False)
+    assert [image.source.path for image in result.value.images] == images
+
+
+def test_a_config_with_compare_writes_the_commands_files(cli, workdir, photo, newfoundland):
+    images = [photo.absolute(), newfoundland.absolute()]
+    config = write_config(workdir, images, COMPARE)
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    name, single = the_commands_files(cli, workdir, images)
+    ran = result_files(workdir / "outputs" / "sets", name)
+    assert set(ran) == set(single) == {"json", "csv", "png"}
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()
+    manifest = json.loads((workdir / "outputs" / "sets" / "manifest.json").read_text())
+    assert [entry["experiment"] for entry in manifest["results"]] == [name]
+
+
+def test_a_config_with_compare_needs_two_images(cli, workdir, photo):
+    config = write_config(workdir, [photo], COMPARE)
+    refused = cli("run", config)
+    assert refused.exit_code == 2
+    assert refused.stderr.strip() == "error: experiments[0]: compare needs at least two images, got 1"
+
+
+def test_run_experiment_points_an_experiment_about_several_images_to_its_function(model, photo):
+    with pytest.raises(UsageError, match=r"call vitcli\.compare\(model, images, \.\.\.\)"):
+        vitcli.run_experiment("compare", model, photo)
+
+
+def test_the_compare_api_refuses_one_image_with_the_commands_message(model, photo):
+    with pytest.raises(UsageError, match="compare needs at least two images, got 1"):
+        vitcli.compare(model, photo)
