@@ -96,3 +96,36 @@ def test_run_experiment_points_an_experiment_about_several_images_to_its_functio
 def test_the_compare_api_refuses_one_image_with_the_commands_message(model, photo):
     with pytest.raises(UsageError, match="compare needs at least two images, got 1"):
         vitcli.compare(model, photo)
+
+
+def test_the_patch_api_equals_the_commands_json_and_csv(model, cli, workdir, photo, newfoundland):
+    clean, corrupt = photo.absolute(), newfoundland.absolute()
+    result = vitcli.patch(model, clean, corrupt, sites=["attention", "mlp"], method=["activation", "attribution"])
+    written = cli(
+        "patch",
+        clean,
+        corrupt,
+        *RANDOM_CPU,
+        "--sites",
+        "attention",
+        "--sites",
+        "mlp",
+        "--method",
+        "activation",
+        "--method",
+        "attribution",
+        "--quiet",
+    )
+    assert written.exit_code == 0, written.stderr
+    files = result_files(workdir / "outputs", result.name)
+    assert without_command_line(result.to_dict()) == without_command_line(json.loads(files["json"].read_text()))
+    assert result.to_dict()["provenance"]["command"].startswith("vitcli.patch(model, clean=")
+    pandas.testing.assert_frame_equal(result.to_frame(), pandas.read_csv(files["csv"]), check_dtype=False)
+    assert result.to_dict()["subject"]["clean"]["path"] == str(clean)
+
+
+def test_the_patch_api_refuses_what_the_command_refuses(model, photo):
+    with pytest.raises(UsageError, match="CLEAN and CORRUPT are the same image"):
+        vitcli.patch(model, photo, photo)
+    with pytest.raises(UsageError, match="`patch` has no option 'pair'"):
+        vitcli.patch(model, photo, photo, pair=[photo, photo])

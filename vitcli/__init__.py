@@ -24,6 +24,7 @@ _API = (
     "load_model",
     "occlude_patches",
     "occlude_quadrants",
+    "patch",
     "patches",
     "predict",
     "run_experiment",

@@ -378,6 +378,27 @@ def compare(model: VitModel, images: str | Path | list[str | Path], **options: A
     return _over_images("compare", model, images, options)
 
 
+def patch(model: VitModel, clean: str | Path, corrupt: str | Path, **options: Any) -> Result:
+    """`vitcli patch CLEAN CORRUPT`: CLEAN's activations put back into CORRUPT's run, site by site. Options: target,
+    contrast, sites, method (one or a list), and the embedding targets (target_image, target_text, ...)."""
+    from vitcli.context import check_jobs
+    from vitcli.jobs.patch import clean_and_corrupt, patch_pair_job
+
+    _check_model(model)
+    for role, path in (("clean", clean), ("corrupt", corrupt)):
+        if not isinstance(path, (str, os.PathLike)):
+            raise UsageError(f"{role} must be the path of an image file (a str or pathlib.Path), not {path!r}")
+    pair = [str(clean), str(corrupt)]
+    known = [name for name in inspect.signature(patch_pair_job).parameters if name != "pair"]
+    unknown = [key for key in options if key not in known]
+    if unknown:
+        raise UsageError(f"`patch` has no option {unknown[0]!r} (its options: {', '.join(sorted(known))})")
+    job = patch_pair_job(pair, **_command_line_options("patch", options))
+    check_jobs(architecture_of(model), [job])
+    call = _call_text("patch", None, {"clean": str(clean), "corrupt": str(corrupt), **options})
+    return _compute_and_publish(job, model, None, call, list(clean_and_corrupt(pair)))
+
+
 def _over_images(
     command: str,
     model: VitModel,

@@ -214,7 +214,9 @@ class Runner:
                 compute = functools.partial(job.compute_once, self.model)
                 self._compute_and_publish(job, compute, MODEL_SUBJECT, None, MODEL_SUBJECT, report)
 
-    def run_over_set(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> None:
+    def run_over_set(
+        self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None, steps: Any = None
+    ) -> None:
         """Jobs about the images together (anatomy's CKA, say): each once over all of `paths`, in the set's folder.
         Never skipped as already complete: any image of the set may have changed since (a replaced file)."""
         from vitcli.naming import set_subject
@@ -223,7 +225,7 @@ class Runner:
             return
         subject = set_subject(paths)
         subject_json = {"images": [escaped_path(path) for path in paths]}
-        steps = ProgressSteps(progress)
+        steps = steps or ProgressSteps(progress)
         for job in jobs:
             if self.publisher.keeps_caches:
                 job.attach(self.publisher)

@@ -46,8 +46,11 @@ class Session:
     def on_failure(self, callback: Callable[[Failure], None]) -> None:
         self.runner.on_failure = callback
 
-    def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
-        """Every job over `paths`, by scope: the model alone, each image, then the images together."""
+    def run(
+        self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None, steps: Any = None
+    ) -> Report:
+        """Every job over `paths`, by scope: the model alone, each image, then the images together (whose inner
+        steps show on `progress`, or as `steps` says when given)."""
         by_scope: dict[str, list[Job]] = {"model": [], "image": [], "set": []}
         for job in jobs:
             by_scope[job.scope].append(job)
@@ -55,5 +58,5 @@ class Session:
         if paths:  # counts the images even with no per-image job (a run's report says "N of M images done")
             self.runner.run(by_scope["image"], paths, report, progress if by_scope["image"] else None)
             self.runner.publish_across_images(paths, report)
-        self.runner.run_over_set(by_scope["set"], paths, report, progress)
+        self.runner.run_over_set(by_scope["set"], paths, report, progress, steps)
         return report
