@@ -1,5 +1,5 @@
-"""One session runs every front end's Jobs: the experiments about several images together (compare) through the
-Python API and `vitcli run` configs give the command's own files.
+"""One session runs every front end's Jobs: the experiments about several images together (compare, the patch pair)
+and about a data folder (probe), through the Python API and `vitcli run` configs, give the command's own files.
 
 The oracle is the file the command writes for the same images and options: the API and a config must produce the
 same JSON (provenance's command line aside) and the same CSV rows.
@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas
 import pytest
+from PIL import Image
 
 import vitcli
 from vitcli.errors import UsageError
@@ -129,3 +131,75 @@ def test_the_patch_api_refuses_what_the_command_refuses(model, photo):
         vitcli.patch(model, photo, photo)
     with pytest.raises(UsageError, match="`patch` has no option 'pair'"):
         vitcli.patch(model, photo, photo, pair=[photo, photo])
+
+
+PROBE = """
+name = "probing"
+images = {images}
+[model]
+weights = "random"
+seed = 0
+device = "cpu"
+[[experiments]]
+command = "probe"
+data-dir = {data}
+val-fraction = 0.25
+split-seed = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def pets(tmp_path_factory) -> Path:
+    """An ImageFolder: dog/ (reddish) and cat/ (bluish), four noisy images each."""
+    root = tmp_path_factory.mktemp("pets")
+    rng = np.random.default_rng(0)
+    for name, colour in (("dog", (200, 60, 40)), ("cat", (40, 80, 210))):
+        (root / name).mkdir()
+        for index in range(4):
+            pixels = np.clip(rng.normal(colour, 30, size=(48, 48, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{name}{index}.png")
+    return root
+
+
+def the_probe_commands_files(cli, workdir: Path, data: Path) -> tuple[str, dict[str, Path]]:
+    written = cli("probe", data, *RANDOM_CPU, "--val-fraction", "0.25", "--split-seed", "1", "--quiet", "-o", "single")
+    assert written.exit_code == 0, written.stderr
+    (document,) = (workdir / "single").rglob("probe-*[0-9].json")
+    return document.stem, result_files(workdir / "single", document.stem)
+
+
+def test_the_probe_api_equals_the_commands_json_and_csv(model, cli, workdir, pets):
+    result = vitcli.probe(model, pets, val_fraction=0.25, split_seed=1)
+    name, files = the_probe_commands_files(cli, workdir, pets)
+    assert result.name == name
+    assert without_command_line(result.to_dict()) == without_command_line(json.loads(files["json"].read_text()))
+    assert result.to_dict()["provenance"]["command"].startswith("vitcli.probe(model, data_dir=")
+    pandas.testing.assert_frame_equal(result.to_frame(), pandas.read_csv(files["csv"]), check_dtype=False)
+
+
+def test_a_config_with_probe_writes_the_commands_files_and_checkpoint(cli, workdir, photo, pets):
+    config = write_config(workdir, [photo], PROBE, data=pets)
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    name, single = the_probe_commands_files(cli, workdir, pets)
+    ran = result_files(workdir / "outputs" / "probing", name)
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()
+    checkpoints = [
+        result_files(root, f"{name}-checkpoint") for root in (workdir / "outputs" / "probing", workdir / "single")
+    ]
+    assert checkpoints[0]["labels.txt"].read_text() == checkpoints[1]["labels.txt"].read_text() == "cat\ndog\n"
+    manifest = json.loads((workdir / "outputs" / "probing" / "manifest.json").read_text())
+    assert [entry["experiment"] for entry in manifest["results"]] == [name]
+    again = cli("run", config, "--quiet")
+    assert again.exit_code == 0, again.stderr
+    assert "skipped 1 result already complete" in cli("run", config).stderr
+
+
+def test_a_config_with_probe_needs_its_data_folder(cli, workdir, photo):
+    config = write_config(workdir, [photo], PROBE.replace("data-dir = {data}\n", ""))
+    refused = cli("run", config)
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: experiments[0]: probe in a config needs `data-dir = FOLDER`")

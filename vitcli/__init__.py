@@ -27,6 +27,7 @@ _API = (
     "patch",
     "patches",
     "predict",
+    "probe",
     "run_experiment",
     "trace",
 )

@@ -399,6 +399,24 @@ def patch(model: VitModel, clean: str | Path, corrupt: str | Path, **options: An
     return _compute_and_publish(job, model, None, call, list(clean_and_corrupt(pair)))
 
 
+def probe(model: VitModel, data_dir: str | Path, **options: Any) -> Result:
+    """`vitcli probe DATA_DIR`: a linear probe on the frozen model's features of an ImageFolder (one subfolder of
+    images per class). Options: val_fraction, split_seed, weight_decay. The command's files about the probe itself;
+    unlike the command, it keeps no feature cache and writes no checkpoint (the command and `vitcli run` do)."""
+    from vitcli.context import check_jobs
+    from vitcli.job_registry import job_builder
+
+    _check_model(model)
+    if not isinstance(data_dir, (str, os.PathLike)):
+        raise UsageError(f"data_dir must be the path of a folder (a str or pathlib.Path), not {data_dir!r}")
+    builder = job_builder("probe")
+    jobs = builder(**_options("probe", builder, {"data_dir": str(data_dir), **options}))
+    check_jobs(architecture_of(model), jobs)
+    (job,) = jobs
+    call = _call_text("probe", None, {"data_dir": str(data_dir), **options})
+    return _compute_and_publish(job, model, None, call)
+
+
 def _over_images(
     command: str,
     model: VitModel,

@@ -33,6 +33,7 @@ JOB_MODULES = {
     "occlude-quadrants": "vitcli.jobs.occlude",
     "patch": "vitcli.jobs.patch",
     "patches": "vitcli.jobs.patches",
+    "probe": "vitcli.jobs.probe",
     "predict": "vitcli.jobs.predict",
     "trace": "vitcli.jobs.trace",
 }

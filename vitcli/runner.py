@@ -206,13 +206,17 @@ class Runner:
                 self._compute_and_publish(summary, lambda: None, subject, subject_json, subject, report)
 
     def run_once(self, jobs: Sequence[Job], report: Report) -> None:
-        """Jobs about the model alone (compare-patch-size's counts): each once, in the `model` folder."""
+        """Jobs about the model alone (compare-patch-size's counts), or about something other than the run's images
+        (probe's data folder): each once, in the `model` folder or the job's own."""
         for job in jobs:
-            if self.skip is not None and self.skip(MODEL_SUBJECT, job.name(), None):
-                report.skipped.append((MODEL_SUBJECT, job.name()))
+            subject = job.once_subject() or MODEL_SUBJECT
+            if self.skip is not None and self.skip(subject, job.name(), None):
+                report.skipped.append((subject, job.name()))
             else:
+                if self.publisher.keeps_caches:
+                    job.attach(self.publisher)
                 compute = functools.partial(job.compute_once, self.model)
-                self._compute_and_publish(job, compute, MODEL_SUBJECT, None, MODEL_SUBJECT, report)
+                self._compute_and_publish(job, compute, subject, None, subject, report, job.subject_of)
 
     def run_over_set(
         self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None, steps: Any = None
@@ -230,7 +234,7 @@ class Runner:
             if self.publisher.keeps_caches:
                 job.attach(self.publisher)
             compute = functools.partial(job.compute_set, self.model, list(paths), steps)
-            self._compute_and_publish(job, compute, subject, subject_json, subject, report, job.subject_of_set)
+            self._compute_and_publish(job, compute, subject, subject_json, subject, report, job.subject_of)
 
     def _prepare(
         self, chunk: Sequence[Path], report: Report, steps: Steps

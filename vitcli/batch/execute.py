@@ -105,7 +105,9 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
     scope = Scope(
         writer.path,
         [escaped_path(path) for path in paths],
-        {image_subject(path) for path in paths} | {MODEL_SUBJECT, set_subject(paths)},
+        {image_subject(path) for path in paths}
+        | {MODEL_SUBJECT, set_subject(paths)}
+        | {subject for job in jobs if job.scope == "model" and (subject := job.once_subject())},
         {image_subject(path) for path in inputs},
         {failure.subject for failure in report.failures},
     )

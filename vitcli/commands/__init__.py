@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "occlude-quadrants": "vitcli.commands.occlude",
     "patch": "vitcli.commands.patch",
     "patches": "vitcli.commands.patches",
+    "probe": "vitcli.commands.probe",
     "predict": "vitcli.commands.predict",
     "trace": "vitcli.commands.trace",
 }

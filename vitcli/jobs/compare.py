@@ -69,7 +69,7 @@ class CompareJob(Job):
         prepared = [model.prepare(path) for path in paths]
         return compare_images(model, prepared, self.classes, self.top_k, self.pairs)
 
-    def subject_of_set(self, result: Any) -> dict[str, Any]:
+    def subject_of(self, result: Any) -> dict[str, Any]:
         """Each image with its hash, size and mode, as a per-image result names its image."""
         return {"images": [image.source.to_json() for image in result.images]}
 

@@ -118,7 +118,7 @@ class PatchJob(FollowsEmbedding, Job):
             embedding=self.bound_target(model),
         )
 
-    def subject_of_set(self, result: Any) -> dict[str, Any]:
+    def subject_of(self, result: Any) -> dict[str, Any]:
         return {"clean": result.clean.source.to_json(), "corrupt": result.corrupt.source.to_json()}
 
     def present(self, result: Any) -> Presentation:
