@@ -41,7 +41,6 @@ WHOLE_NUMBER_COLUMNS = {"row", "col", "token", "patch", "block", "head", "layer"
 __all__ = [
     "Result",
     "ablate",
-    "anatomy",
     "attend",
     "attribute",
     "explain",
@@ -54,7 +53,7 @@ __all__ = [
     "predict",
     "run_experiment",
     "trace",
-]
+]  # anatomy, compare, heads, patch and probe: vitcli.api_sets
 
 
 def load_model(
@@ -84,7 +83,7 @@ def load_model(
         raise UsageError(f"device must be one of auto, cpu, cuda, mps, not {device!r}")
     # --seed, --checkpoint, --labels and --batch-size as the command line converts and bounds them.
     given = {"seed": seed, "checkpoint": checkpoint, "labels": labels, "batch_size": batch_size}
-    shared = _command_line_options("predict", {key: value for key, value in given.items() if value is not None})
+    shared = command_line_options("predict", {key: value for key, value in given.items() if value is not None})
     labels_path, label_names = (labels, None) if isinstance(labels, Path) else parse_labels(shared.get("labels"))
     check_templates(tuple(templates))
     spec = WeightsSpec(
@@ -161,13 +160,13 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     from vitcli.context import check_jobs
     from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
 
-    _check_model(model)
+    check_model(model)
     if image is not None and not isinstance(image, (str, os.PathLike)):
         raise UsageError(f"image must be the path of an image file (a str or pathlib.Path), not {image!r}")
     if not isinstance(command, str) or command not in JOB_MODULES:
         raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(job_commands())})")
     builder = job_builder(command)
-    jobs = builder(**_options(command, builder, options))
+    jobs = builder(**command_options(command, builder, options))
     check_jobs(architecture_of(model), jobs)
     if len(jobs) != 1:
         raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
@@ -175,10 +174,10 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     if job.scope == "set":
         function = command.replace("-", "_")
         raise UsageError(f"`{command}` is about several images together: call vitcli.{function}(model, images, ...)")
-    return _compute_and_publish(job, model, image, _call_text(command, image, options))
+    return compute_and_publish(job, model, image, call_text(command, image, options))
 
 
-def _check_model(model: Any) -> None:
+def check_model(model: Any) -> None:
     from vitcli.model import VitModel
 
     if isinstance(model, str):
@@ -187,7 +186,7 @@ def _check_model(model: Any) -> None:
         raise UsageError(f"model must be a loaded model from vitcli.load_model(...), not {type(model).__name__}")
 
 
-def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, Any]:
+def command_options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The options converted as the command line converts them: a number where text is expected (query=74) becomes
     text, one value where a list is expected a list of one, text where a number is expected is read as the command
     line reads it; True or False where a value is expected, and values outside the option's range or choices, are
@@ -197,10 +196,10 @@ def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, A
     if unknown:
         known = ", ".join(sorted(parameters))
         raise UsageError(f"`{command}` has no option {unknown[0]!r} (its options: {known})")
-    return _command_line_options(command, options)
+    return command_line_options(command, options)
 
 
-def _command_line_options(command: str, options: dict[str, Any]) -> dict[str, Any]:
+def command_line_options(command: str, options: dict[str, Any]) -> dict[str, Any]:
     """Each option through the click parameter the command line has for it (the conversion `vitcli run` configs use);
     None, the option's "not given", and options without a parameter pass as they are."""
     from vitcli.batch.config import _convert
@@ -247,7 +246,7 @@ class _Memory:
         return paths
 
 
-def _compute_and_publish(
+def compute_and_publish(
     job: Job, model: VitModel, image: str | Path | None, call: str, images: list[Path] | None = None
 ) -> Result:
     """`job` run by a session on `model` (vitcli.session, as the commands run it), published into memory."""
@@ -273,7 +272,7 @@ def _compute_and_publish(
     return Result(job, one.result, one.presentation, memory.files)
 
 
-def _call_text(command: str, image: str | Path | None, options: dict[str, Any]) -> str:
+def call_text(command: str, image: str | Path | None, options: dict[str, Any]) -> str:
     arguments = ["model"] + ([repr(str(image))] if image is not None else [])
     arguments += [f"{key}={value!r}" for key, value in options.items()]
     return f"vitcli.{command.replace('-', '_')}({', '.join(arguments)})"
@@ -339,106 +338,3 @@ def attribute(model: VitModel, image: str | Path, **options: Any) -> Result:
 def ablate(model: VitModel, image: str | Path, **options: Any) -> Result:
     """`vitcli ablate`: one head or sublayer removed at a time. Options: target, heads, blocks, mode, reference."""
     return run_experiment("ablate", model, image, **options)
-
-
-def anatomy(
-    model: VitModel, images: str | Path | list[str | Path] | None = None, **options: Any
-) -> Result | dict[str, Result]:
-    """`vitcli anatomy`: filters, positions (the weights alone), distance, cka, pca, norms (over `images`: files,
-    folders or globs). Options: view (one name: a Result; a list or none: a dict of Results by view), norm_factor,
-    pca_threshold, cka_minibatch. Each Result's to_frame() is the view's CSV."""
-    from vitcli.context import check_jobs
-    from vitcli.images import resolve_images
-    from vitcli.jobs.anatomy import anatomy_jobs, check_image_count
-
-    _check_model(model)
-    single = isinstance(options.get("view"), str)
-    given = [images] if isinstance(images, (str, os.PathLike)) else list(images or [])
-    if not all(isinstance(item, (str, os.PathLike)) for item in given):
-        raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
-    paths = list(dict.fromkeys(resolve_images([str(item) for item in given]))) if given else []
-    converted = _options("anatomy", anatomy_jobs, options)
-    jobs = anatomy_jobs(**converted, with_images=bool(paths))
-    check_jobs(architecture_of(model), jobs)
-    check_image_count([job.view for job in jobs], len(paths))  # type: ignore[attr-defined]
-    call = _call_text("anatomy", None, {"images": [str(item) for item in given], **options})
-    results = {job.view.value: _compute_and_publish(job, model, None, call, paths) for job in jobs}  # type: ignore[attr-defined]
-    return next(iter(results.values())) if single else results
-
-
-def heads(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
-    """`vitcli heads`: each head of the last blocks described by texts (TextSpan) over `images` (files, folders or
-    globs). Options: texts (the bank file, required), blocks, k. The bank's embeddings are computed on each call."""
-    return _over_images("heads", model, images, options, lambda job: job.check_texts(model))  # type: ignore[attr-defined]
-
-
-def compare(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
-    """`vitcli compare`: two or more images side by side (`images`: files, folders or globs, in order: the first is
-    A, the second B). Options: classes (indices or labels, one or a list), top_k, pairs ("A~C,B~D", "all")."""
-    return _over_images("compare", model, images, options)
-
-
-def patch(model: VitModel, clean: str | Path, corrupt: str | Path, **options: Any) -> Result:
-    """`vitcli patch CLEAN CORRUPT`: CLEAN's activations put back into CORRUPT's run, site by site. Options: target,
-    contrast, sites, method (one or a list), and the embedding targets (target_image, target_text, ...)."""
-    from vitcli.context import check_jobs
-    from vitcli.jobs.patch import clean_and_corrupt, patch_pair_job
-
-    _check_model(model)
-    for role, path in (("clean", clean), ("corrupt", corrupt)):
-        if not isinstance(path, (str, os.PathLike)):
-            raise UsageError(f"{role} must be the path of an image file (a str or pathlib.Path), not {path!r}")
-    pair = [str(clean), str(corrupt)]
-    known = [name for name in inspect.signature(patch_pair_job).parameters if name != "pair"]
-    unknown = [key for key in options if key not in known]
-    if unknown:
-        raise UsageError(f"`patch` has no option {unknown[0]!r} (its options: {', '.join(sorted(known))})")
-    job = patch_pair_job(pair, **_command_line_options("patch", options))
-    check_jobs(architecture_of(model), [job])
-    call = _call_text("patch", None, {"clean": str(clean), "corrupt": str(corrupt), **options})
-    return _compute_and_publish(job, model, None, call, list(clean_and_corrupt(pair)))
-
-
-def probe(model: VitModel, data_dir: str | Path, **options: Any) -> Result:
-    """`vitcli probe DATA_DIR`: a linear probe on the frozen model's features of an ImageFolder (one subfolder of
-    images per class). Options: val_fraction, split_seed, weight_decay. The command's files about the probe itself;
-    unlike the command, it keeps no feature cache and writes no checkpoint (the command and `vitcli run` do)."""
-    from vitcli.context import check_jobs
-    from vitcli.job_registry import job_builder
-
-    _check_model(model)
-    if not isinstance(data_dir, (str, os.PathLike)):
-        raise UsageError(f"data_dir must be the path of a folder (a str or pathlib.Path), not {data_dir!r}")
-    builder = job_builder("probe")
-    jobs = builder(**_options("probe", builder, {"data_dir": str(data_dir), **options}))
-    check_jobs(architecture_of(model), jobs)
-    (job,) = jobs
-    call = _call_text("probe", None, {"data_dir": str(data_dir), **options})
-    return _compute_and_publish(job, model, None, call)
-
-
-def _over_images(
-    command: str,
-    model: VitModel,
-    images: str | Path | list[str | Path],
-    options: dict[str, Any],
-    check_model: Callable[[Job], None] | None = None,
-) -> Result:
-    """An experiment about `images` together (a Job of scope "set"), as the command runs it."""
-    from vitcli.context import check_jobs
-    from vitcli.images import resolve_images
-    from vitcli.job_registry import job_builder
-
-    _check_model(model)
-    given = [images] if isinstance(images, (str, os.PathLike)) else list(images)
-    if not all(isinstance(item, (str, os.PathLike)) for item in given):
-        raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
-    paths = list(dict.fromkeys(resolve_images([str(item) for item in given])))
-    builder = job_builder(command)
-    (job,) = builder(**_options(command, builder, options))
-    check_jobs(architecture_of(model), [job])
-    job.check_images(len(paths))
-    if check_model is not None:
-        check_model(job)
-    call = _call_text(command, None, {"images": [str(item) for item in given], **options})
-    return _compute_and_publish(job, model, None, call, paths)
