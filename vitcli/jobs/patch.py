@@ -150,6 +150,9 @@ class PatchIntoJob(PatchJob):
         self.corrupt_sha256 = file_sha256(corrupt)
         self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
 
+    def check_images(self, count: int) -> None:
+        """Any number of images: each is one CLEAN (not the pair's two)."""
+
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.patching import corrupt_forward, patch_images
 
