@@ -16,6 +16,7 @@ _API = (
     "anatomy",
     "attend",
     "attribute",
+    "compare",
     "explain",
     "explore",
     "heads",
@@ -23,16 +24,23 @@ _API = (
     "load_model",
     "occlude_patches",
     "occlude_quadrants",
+    "patch",
     "patches",
     "predict",
+    "probe",
     "run_experiment",
     "trace",
 )
+_SETS_API = ("anatomy", "compare", "heads", "patch", "probe")  # in vitcli.api_sets, the rest in vitcli.api
 _ERRORS = ("UsageError", "VitcliError")
 __all__ = ["__version__", *_API, *_ERRORS]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SETS_API:
+        from vitcli import api_sets
+
+        return getattr(api_sets, name)
     if name in _API:
         from vitcli import api
 

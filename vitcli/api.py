@@ -41,7 +41,6 @@ WHOLE_NUMBER_COLUMNS = {"row", "col", "token", "patch", "block", "head", "layer"
 __all__ = [
     "Result",
     "ablate",
-    "anatomy",
     "attend",
     "attribute",
     "explain",
@@ -54,7 +53,7 @@ __all__ = [
     "predict",
     "run_experiment",
     "trace",
-]
+]  # anatomy, compare, heads, patch and probe: vitcli.api_sets
 
 
 def load_model(
@@ -82,7 +81,7 @@ def load_model(
         raise UsageError(f"device must be one of auto, cpu, cuda, mps, not {device!r}")
     # --seed, --checkpoint, --labels and --batch-size as the command line converts and bounds them.
     given = {"seed": seed, "checkpoint": checkpoint, "labels": labels, "batch_size": batch_size}
-    shared = _command_line_options("predict", {key: value for key, value in given.items() if value is not None})
+    shared = command_line_options("predict", {key: value for key, value in given.items() if value is not None})
     labels_path, label_names = (labels, None) if isinstance(labels, Path) else parse_labels(shared.get("labels"))
     check_templates(tuple(templates))
     spec = WeightsSpec(
@@ -159,21 +158,24 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     from vitcli.context import check_jobs
     from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
 
-    _check_model(model)
+    check_model(model)
     if image is not None and not isinstance(image, (str, os.PathLike)):
         raise UsageError(f"image must be the path of an image file (a str or pathlib.Path), not {image!r}")
     if not isinstance(command, str) or command not in JOB_MODULES:
         raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(job_commands())})")
     builder = job_builder(command)
-    jobs = builder(**_options(command, builder, options))
+    jobs = builder(**command_options(command, builder, options))
     check_jobs(architecture_of(model), jobs)
     if len(jobs) != 1:
         raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
     (job,) = jobs
-    return _compute_and_publish(job, model, image, _call_text(command, image, options))
+    if job.scope == "set":
+        function = command.replace("-", "_")
+        raise UsageError(f"`{command}` is about several images together: call vitcli.{function}(model, images, ...)")
+    return compute_and_publish(job, model, image, call_text(command, image, options))
 
 
-def _check_model(model: Any) -> None:
+def check_model(model: Any) -> None:
     from vitcli.model import VitModel
 
     if isinstance(model, str):
@@ -182,7 +184,7 @@ def _check_model(model: Any) -> None:
         raise UsageError(f"model must be a loaded model from vitcli.load_model(...), not {type(model).__name__}")
 
 
-def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, Any]:
+def command_options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The options converted as the command line converts them: a number where text is expected (query=74) becomes
     text, one value where a list is expected a list of one, text where a number is expected is read as the command
     line reads it; True or False where a value is expected, and values outside the option's range or choices, are
@@ -192,10 +194,10 @@ def _options(command: str, builder: Any, options: dict[str, Any]) -> dict[str, A
     if unknown:
         known = ", ".join(sorted(parameters))
         raise UsageError(f"`{command}` has no option {unknown[0]!r} (its options: {known})")
-    return _command_line_options(command, options)
+    return command_line_options(command, options)
 
 
-def _command_line_options(command: str, options: dict[str, Any]) -> dict[str, Any]:
+def command_line_options(command: str, options: dict[str, Any]) -> dict[str, Any]:
     """Each option through the click parameter the command line has for it (the conversion `vitcli run` configs use);
     None, the option's "not given", and options without a parameter pass as they are."""
     from vitcli.batch.config import _convert
@@ -242,35 +244,33 @@ class _Memory:
         return paths
 
 
-def _compute_and_publish(
+def compute_and_publish(
     job: Job, model: VitModel, image: str | Path | None, call: str, images: list[Path] | None = None
 ) -> Result:
-    from vitcli.filenames import escaped_path
-    from vitcli.jobs import ImageWork, Steps
-    from vitcli.naming import MODEL_SUBJECT, image_subject, set_subject
+    """`job` run by a session on `model` (vitcli.session, as the commands run it), published into memory."""
     from vitcli.output import Emitter, Messages
-    from vitcli.runner import Publisher
+    from vitcli.runner import Published, Publisher, Report
+    from vitcli.session import Session
 
-    if job.scope == "model":
-        value, subject, subject_json = job.compute_once(model), MODEL_SUBJECT, None
-    elif job.scope == "set":
-        paths = images or []
-        value = job.compute_set(model, paths, Steps())
-        subject, subject_json = set_subject(paths), {"images": [escaped_path(path) for path in paths]}
-    else:
-        if image is None:
-            raise UsageError(f"`{job.command}` needs an image: pass its path")
-        prepared = model.prepare(Path(image))
-        value = job.compute(ImageWork(model, prepared))
-        subject, subject_json = image_subject(prepared.source.path), prepared.source.to_json()
+    if job.scope == "image" and image is None:
+        raise UsageError(f"`{job.command}` needs an image: pass its path")
+    paths = [Path(image)] if job.scope == "image" and image is not None else list(images or [])
     memory = _Memory()
     provenance = {**model.provenance(), "weights_label": model.spec.label, "command": call}
     publisher = Publisher(memory, "memory", Emitter("table", quiet=True), Messages(quiet=True), provenance)  # type: ignore[arg-type]
-    _, presentation = publisher.publish(subject, subject_json, job, value)
-    return Result(job, value, presentation, memory.files)
+    publisher.keeps_caches = False
+    session = Session(model, publisher, reraise=True)
+    published: list[Published] = []
+    session.on_published(published.append)
+    session.run([job], paths, Report())
+    if not published:
+        raise VitcliError(f"`{job.command}` computed nothing: it needs images")
+    (one,) = published
+    assert one.presentation is not None  # the runner publishes every result with its presentation
+    return Result(job, one.result, one.presentation, memory.files)
 
 
-def _call_text(command: str, image: str | Path | None, options: dict[str, Any]) -> str:
+def call_text(command: str, image: str | Path | None, options: dict[str, Any]) -> str:
     arguments = ["model"] + ([repr(str(image))] if image is not None else [])
     arguments += [f"{key}={value!r}" for key, value in options.items()]
     return f"vitcli.{command.replace('-', '_')}({', '.join(arguments)})"
@@ -336,49 +336,3 @@ def attribute(model: VitModel, image: str | Path, **options: Any) -> Result:
 def ablate(model: VitModel, image: str | Path, **options: Any) -> Result:
     """`vitcli ablate`: one head or sublayer removed at a time. Options: target, heads, blocks, mode, reference."""
     return run_experiment("ablate", model, image, **options)
-
-
-def anatomy(
-    model: VitModel, images: str | Path | list[str | Path] | None = None, **options: Any
-) -> Result | dict[str, Result]:
-    """`vitcli anatomy`: filters, positions (the weights alone), distance, cka, pca, norms (over `images`: files,
-    folders or globs). Options: view (one name: a Result; a list or none: a dict of Results by view), norm_factor,
-    pca_threshold, cka_minibatch. Each Result's to_frame() is the view's CSV."""
-    from vitcli.context import check_jobs
-    from vitcli.images import resolve_images
-    from vitcli.jobs.anatomy import anatomy_jobs, check_image_count
-
-    _check_model(model)
-    single = isinstance(options.get("view"), str)
-    given = [images] if isinstance(images, (str, os.PathLike)) else list(images or [])
-    if not all(isinstance(item, (str, os.PathLike)) for item in given):
-        raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
-    paths = list(dict.fromkeys(resolve_images([str(item) for item in given]))) if given else []
-    converted = _options("anatomy", anatomy_jobs, options)
-    jobs = anatomy_jobs(**converted, with_images=bool(paths))
-    check_jobs(architecture_of(model), jobs)
-    check_image_count([job.view for job in jobs], len(paths))  # type: ignore[attr-defined]
-    call = _call_text("anatomy", None, {"images": [str(item) for item in given], **options})
-    results = {job.view.value: _compute_and_publish(job, model, None, call, paths) for job in jobs}  # type: ignore[attr-defined]
-    return next(iter(results.values())) if single else results
-
-
-def heads(model: VitModel, images: str | Path | list[str | Path], **options: Any) -> Result:
-    """`vitcli heads`: each head of the last blocks described by texts (TextSpan) over `images` (files, folders or
-    globs). Options: texts (the bank file, required), blocks, k. The bank's embeddings are computed on each call."""
-    from vitcli.context import check_jobs
-    from vitcli.images import resolve_images
-    from vitcli.job_registry import job_builder
-
-    _check_model(model)
-    given = [images] if isinstance(images, (str, os.PathLike)) else list(images)
-    if not all(isinstance(item, (str, os.PathLike)) for item in given):
-        raise UsageError("images must be paths of image files or folders (str or pathlib.Path), or a list of them")
-    paths = list(dict.fromkeys(resolve_images([str(item) for item in given])))
-    heads_jobs = job_builder("heads")
-    (job,) = heads_jobs(**_options("heads", heads_jobs, options))
-    check_jobs(architecture_of(model), [job])
-    job.check_images(len(paths))
-    job.check_texts(model)  # type: ignore[attr-defined]
-    call = _call_text("heads", None, {"images": [str(item) for item in given], **options})
-    return _compute_and_publish(job, model, None, call, paths)

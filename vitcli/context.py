@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from vitcli.architecture import Architecture
     from vitcli.model import VitModel
     from vitcli.runner import Publisher, Report
+    from vitcli.session import Session
 
 DEFAULT_OUTPUT = Path("outputs")
 
@@ -152,6 +153,12 @@ class CommandContext:
         publisher.figures = self.figures
         return publisher
 
+    def session(self, model: VitModel, reraise: bool = False) -> Session:
+        """A session on `model` publishing into the output folder (vitcli.session)."""
+        from vitcli.session import Session
+
+        return Session(model, self.publisher(self.provenance(model)), self.fail_fast, reraise=reraise)
+
     def publish(
         self, results: Sequence[tuple[Job, Any, str, dict[str, Any] | None]], provenance: dict[str, Any]
     ) -> None:
@@ -164,7 +171,7 @@ class CommandContext:
 
     def run(self, jobs: Sequence[Job], arguments: Sequence[str] | None) -> Report:
         """The whole life of an image command: check, load once, run every job on every image, count, exit status."""
-        from vitcli.runner import Report, Runner, progress_display
+        from vitcli.runner import Report, progress_display
         from vitcli.targets import bind_targets
 
         self.check(jobs)
@@ -173,10 +180,8 @@ class CommandContext:
         if paths:
             model = self.model()
             bind_targets(jobs, model)
-            runner = Runner(model, self.publisher(self.provenance(model)), self.fail_fast)
             with progress_display(self.show_progress(len(paths))) as progress:
-                runner.run(jobs, paths, report, progress)
-            runner.publish_across_images(paths, report)
+                self.session(model).run(jobs, paths, report, progress)
         self.emitter.finish()
         self.finish(report)
         return report

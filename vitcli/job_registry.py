@@ -23,6 +23,7 @@ JOB_MODULES = {
     "anatomy": "vitcli.jobs.anatomy",
     "attend": "vitcli.jobs.attend",
     "attribute": "vitcli.jobs.attribute",
+    "compare": "vitcli.jobs.compare",
     "compare-patch-size": "vitcli.jobs.compare_patch_size",
     "explain": "vitcli.jobs.explain",
     "explore": "vitcli.jobs.explore",
@@ -32,6 +33,7 @@ JOB_MODULES = {
     "occlude-quadrants": "vitcli.jobs.occlude",
     "patch": "vitcli.jobs.patch",
     "patches": "vitcli.jobs.patches",
+    "probe": "vitcli.jobs.probe",
     "predict": "vitcli.jobs.predict",
     "trace": "vitcli.jobs.trace",
 }

@@ -39,6 +39,8 @@ class Published:
     compute_seconds: float  # the experiment itself: forwards and arithmetic
     write_seconds: float  # presentation, figure and files
     summary: dict[str, Any]
+    result: Any = None  # the experiment's typed result, for the Python API
+    presentation: Presentation | None = None
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Publisher:
         self.provenance = provenance
         self.figures = True  # False (--no-figures): JSON, CSV and extra files only
         self.announce_files = True  # one "wrote ..." line per result; a batch run reports its manifest instead
+        self.keeps_caches = True  # False (the Python API's memory): jobs keep no cache in the store (Job.attach)
 
     def folder(self, subject: str) -> Path:
         return self.store.folder(self.model_folder, subject)
@@ -156,6 +159,9 @@ class Runner:
         self.on_published: Callable[[Published], None] = lambda _published: None  # runs with the files in place
         self.on_failure: Callable[[Failure], None] = lambda _failure: None
         self.aggregating: dict[str, Job] = {}  # jobs run on images whose results sum up over the set, by name
+        # True: a failure is raised as it came, not reported and passed over (one call of the Python API, a command
+        # about one set of images: their caller reports the error itself)
+        self.reraise = False
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
         steps = ProgressSteps(progress)
@@ -187,6 +193,8 @@ class Runner:
         reading the stored results costs little, and any of them may have changed since (a replaced image)."""
         from vitcli.naming import set_subject
 
+        if len(paths) < 2:  # one image's result is all there is to say about it
+            return
         subject = set_subject(paths)
         subject_json = {"images": [escaped_path(path) for path in paths]}
         for job in self.aggregating.values():
@@ -198,15 +206,21 @@ class Runner:
                 self._compute_and_publish(summary, lambda: None, subject, subject_json, subject, report)
 
     def run_once(self, jobs: Sequence[Job], report: Report) -> None:
-        """Jobs about the model alone (compare-patch-size's counts): each once, in the `model` folder."""
+        """Jobs about the model alone (compare-patch-size's counts), or about something other than the run's images
+        (probe's data folder): each once, in the `model` folder or the job's own."""
         for job in jobs:
-            if self.skip is not None and self.skip(MODEL_SUBJECT, job.name(), None):
-                report.skipped.append((MODEL_SUBJECT, job.name()))
+            subject = job.once_subject() or MODEL_SUBJECT
+            if self.skip is not None and self.skip(subject, job.name(), None):
+                report.skipped.append((subject, job.name()))
             else:
+                if self.publisher.keeps_caches:
+                    job.attach(self.publisher)
                 compute = functools.partial(job.compute_once, self.model)
-                self._compute_and_publish(job, compute, MODEL_SUBJECT, None, MODEL_SUBJECT, report)
+                self._compute_and_publish(job, compute, subject, None, subject, report, job.subject_of)
 
-    def run_over_set(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> None:
+    def run_over_set(
+        self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None, steps: Any = None
+    ) -> None:
         """Jobs about the images together (anatomy's CKA, say): each once over all of `paths`, in the set's folder.
         Never skipped as already complete: any image of the set may have changed since (a replaced file)."""
         from vitcli.naming import set_subject
@@ -215,11 +229,12 @@ class Runner:
             return
         subject = set_subject(paths)
         subject_json = {"images": [escaped_path(path) for path in paths]}
-        steps = ProgressSteps(progress)
+        steps = steps or ProgressSteps(progress)
         for job in jobs:
-            job.attach(self.publisher)
+            if self.publisher.keeps_caches:
+                job.attach(self.publisher)
             compute = functools.partial(job.compute_set, self.model, list(paths), steps)
-            self._compute_and_publish(job, compute, subject, subject_json, subject, report)
+            self._compute_and_publish(job, compute, subject, subject_json, subject, report, job.subject_of)
 
     def _prepare(
         self, chunk: Sequence[Path], report: Report, steps: Steps
@@ -231,6 +246,8 @@ class Runner:
             try:
                 works.append((path, ImageWork(self.model, self.model.prepare(path), steps)))
             except VitcliError as error:
+                if self.reraise:
+                    raise
                 failure = Failure(escaped_path(path), None, str(error))
                 if self.fail_fast:
                     return works, failure
@@ -261,23 +278,30 @@ class Runner:
         subject_json: dict[str, Any] | None,
         failure_subject: str,
         report: Report,
+        subject_of: Callable[[Any], dict[str, Any] | None] | None = None,
     ) -> None:
-        """Compute one result, publish it and record it; a failure is reported and the run goes on."""
+        """Compute one result, publish it and record it; a failure is reported and the run goes on. `subject_of`,
+        given the result, may describe the subject better than `subject_json` (a set's images with their hashes)."""
         started = time.perf_counter()
 
         def stored(paths: list[Path], presentation: Presentation) -> None:
             # With the files in place and indexed, before a held-back signal: the run's record of them.
             timing = (computed - started, time.perf_counter() - computed)
-            published = Published(subject, subject_json, job, paths, *timing, presentation.summary)
+            published = Published(subject, described, job, paths, *timing, presentation.summary, result, presentation)
             self.on_published(published)
 
         try:
             result = compute()
             computed = time.perf_counter()
-            self.publisher.publish(subject, subject_json, job, result, stored)
+            described = subject_json
+            if subject_of is not None:
+                described = subject_of(result) or subject_json
+            self.publisher.publish(subject, described, job, result, stored)
         except StoreError:
             raise  # a full disk or a read-only folder fails every image after it too: stop with one line
         except VitcliError as error:
+            if self.reraise:
+                raise
             self.fail(report, Failure(failure_subject, job.name(), str(error)))
 
     def fail(self, report: Report, failure: Failure) -> None:

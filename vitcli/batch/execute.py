@@ -50,13 +50,13 @@ def check_experiments(context: CommandContext, config: RunConfig) -> None:
 
 
 def execute(context: CommandContext, config: RunConfig, arguments: list[str] | None, force: bool) -> Report:
-    from vitcli.runner import Report, Runner, progress_display
+    from vitcli.runner import Report, progress_display
+    from vitcli.session import Session
 
     check_experiments(context, config)
     if not arguments and not config.images:
         raise UsageError(f"no images: give IMAGE arguments or `images = [...]` in {config.path}")
     jobs = [job for experiment in config.experiments for job in experiment.jobs]
-    image_jobs = [job for job in jobs if job.scope == "image"]
     report = Report()
     # Canonical (absolute, normalized) paths: an image spelled relative or absolute is one image of the record. Every
     # shard's share is known, so that the views tell this run's other images from images no longer in its inputs.
@@ -97,24 +97,23 @@ def execute(context: CommandContext, config: RunConfig, arguments: list[str] | N
         "result_names": [job.name() for job in jobs],
     }
     writer = RecordWriter(store, run_line)
-    runner = Runner(model, publisher, context.fail_fast, skip=None if force else _done(record, root))
-    runner.on_published = lambda published: writer.result(published, root)
-    runner.on_failure = writer.failure
+    session = Session(model, publisher, context.fail_fast, skip=None if force else _done(record, root))
+    session.on_published(lambda published: writer.result(published, root))
+    session.on_failure(writer.failure)
     for failure in report.failures:  # arguments that named no image, before the runner existed
         writer.failure(failure)
     scope = Scope(
         writer.path,
         [escaped_path(path) for path in paths],
-        {image_subject(path) for path in paths} | {MODEL_SUBJECT, set_subject(paths)},
+        {image_subject(path) for path in paths}
+        | {MODEL_SUBJECT, set_subject(paths)}
+        | {subject for job in jobs if job.scope == "model" and (subject := job.once_subject())},
         {image_subject(path) for path in inputs},
         {failure.subject for failure in report.failures},
     )
     try:
-        runner.run_once([job for job in jobs if job.scope == "model"], report)
         with progress_display(context.show_progress(len(paths))) as progress:
-            runner.run(image_jobs, paths, report, progress)
-        runner.publish_across_images(paths, report)
-        runner.run_over_set(set_jobs, paths, report)
+            session.run(jobs, paths, report, progress)
     except BaseException:
         writer.close()
         _views_after_failure(store, root, shard, scope, warn)

@@ -13,6 +13,7 @@ COMMAND_MODULES = {
     "anatomy": "vitcli.commands.anatomy",
     "attend": "vitcli.commands.attend",
     "attribute": "vitcli.commands.attribute",
+    "compare": "vitcli.commands.compare",
     "compare-patch-size": "vitcli.commands.compare_patch_size",
     "explain": "vitcli.commands.explain",
     "explore": "vitcli.commands.explore",
@@ -22,6 +23,7 @@ COMMAND_MODULES = {
     "occlude-quadrants": "vitcli.commands.occlude",
     "patch": "vitcli.commands.patch",
     "patches": "vitcli.commands.patches",
+    "probe": "vitcli.commands.probe",
     "predict": "vitcli.commands.predict",
     "trace": "vitcli.commands.trace",
 }

@@ -75,18 +75,16 @@ def anatomy_command(
     """What a ViT learned about space: patch filters, position-embedding similarity, mean attention distance, CKA
     between blocks, PCA of patch features to RGB and high-norm tokens (the ViT paper's Figure 7, Raghu et al.,
     DINO, Darcet et al.)."""
-    from vitcli.runner import Report, Runner, progress_display
+    from vitcli.runner import Report, progress_display
 
     jobs = anatomy_jobs(view, norm_factor, pca_threshold, cka_minibatch, with_images=bool(images))
     context.check(jobs)
     paths = context.images(images) if images else []
     check_image_count([job.view for job in jobs], len(paths))  # type: ignore[attr-defined]
     model = context.model()
-    runner = Runner(model, context.publisher(context.provenance(model)), context.fail_fast)
     report = Report()
-    runner.run_once([job for job in jobs if job.scope == "model"], report)
     with progress_display(context.show_progress(len(paths))) as progress:
-        runner.run_over_set([job for job in jobs if job.scope == "set"], paths, report, progress)
+        context.session(model).run(jobs, paths, report, progress)
     context.emitter.finish()
     if report.failures:
         raise AlreadyReported("")

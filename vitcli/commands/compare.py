@@ -1,5 +1,4 @@
-"""`vitcli compare`: the Typer command and its options; it computes over the images itself, with the Job of
-vitcli.jobs.compare."""
+"""`vitcli compare`: the Typer command and its options; its Job and builder are vitcli.jobs.compare."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ import typer
 
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
-from vitcli.jobs.compare import DEFAULT_TOP_K, CompareJob
-from vitcli.naming import set_subject
+from vitcli.jobs.compare import DEFAULT_TOP_K, compare_jobs
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
 
@@ -60,16 +58,15 @@ def compare_command(
     """Same model, different inputs: CLS rows block by block (A~B and the pairs asked for), the classifier readout,
     CLS vs mean pooling, and the similarity of every pair's final features as an N x N heat map (two or more
     images)."""
-    from vitcli.experiments.compare import compare_images
+    from vitcli.runner import Report
 
-    job = CompareJob(classes, top_k, pairs)
-    context.check([job])
+    jobs = compare_jobs(classes, top_k, pairs)
+    context.check(jobs)
     paths = context.images(images)
     if len(paths) < 2:
         raise UsageError(f"compare needs at least two images, got {len(paths)}: {', '.join(map(str, paths))}")
-    job.choose_pairs(len(paths))
-    model = context.model()
-    prepared = [model.prepare(path) for path in paths]
-    result = compare_images(model, prepared, job.classes, job.top_k, job.pairs)
-    subject = {"images": [image.source.to_json() for image in prepared]}
-    context.publish([(job, result, set_subject(paths), subject)], context.provenance(model))
+    for job in jobs:
+        job.check_images(len(paths))
+    # One result about the images together: a failure (an unreadable image) ends the command with its own message.
+    context.session(context.model(), reraise=True).run(jobs, paths, Report())
+    context.emitter.finish()

@@ -44,7 +44,7 @@ def heads_command(
     """Each head of the last blocks described by a few texts (TextSpan, Gandelsman et al., ICLR 2024): over the
     images, the texts whose directions explain most of the head's direct contribution to the image embedding, with
     the share of the head's variance each explains. Needs a model with a text tower (CLIP, SigLIP via open_clip)."""
-    from vitcli.runner import Report, Runner, progress_display
+    from vitcli.runner import Report, progress_display
 
     jobs = heads_jobs(None if texts is None else str(texts), blocks, k)
     context.check(jobs)
@@ -54,10 +54,9 @@ def heads_command(
     model = context.model()
     for job in jobs:
         job.check_texts(model)
-    runner = Runner(model, context.publisher(context.provenance(model)), context.fail_fast)
     report = Report()
     with progress_display(context.show_progress(len(paths))) as progress:
-        runner.run_over_set(jobs, paths, report, progress)
+        context.session(model).run(jobs, paths, report, progress)
     context.emitter.finish()
     if report.failures:
         raise AlreadyReported("")

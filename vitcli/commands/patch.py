@@ -15,10 +15,8 @@ from vitcli.commands.target_options import (
     TargetTextOption,
 )
 from vitcli.context import CommandContext
-from vitcli.jobs.patch import Method, PatchJob, SiteKind, clean_and_corrupt
-from vitcli.naming import set_subject
+from vitcli.jobs.patch import Method, SiteKind, clean_and_corrupt, patch_pair_job
 from vitcli.shell import vitcli_command
-from vitcli.targets import parse_embedding_target
 
 PairArgument = Annotated[
     list[str] | None,
@@ -80,31 +78,25 @@ def patch_command(
 ) -> None:
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
-    from vitcli.experiments.patching import patch_images
-    from vitcli.runner import LineSteps, ProgressSteps, progress_display
+    from vitcli.runner import LineSteps, ProgressSteps, Report, progress_display
 
-    chosen_sites = [kind.value for kind in (sites or list(SiteKind))]
-    chosen_methods = [each.value for each in (method or [Method.activation])]
-    clean_path, corrupt_path = clean_and_corrupt(images)
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    job = patch_pair_job(
+        images,
+        target,
+        contrast,
+        sites,
+        method,
+        target_image,
+        target_direction,
+        target_feature,
+        target_text,
+        contrast_text,
     )
-    job = PatchJob(clean_path, target, contrast, chosen_sites, chosen_methods, embedding)
+    clean_path, corrupt_path = clean_and_corrupt(images)
     context.check([job])
     model = context.model()
-    clean, corrupt = model.prepare(clean_path), model.prepare(corrupt_path)
     with progress_display(context.show_progress(1)) as progress:
         steps = ProgressSteps(progress) if progress is not None else LineSteps(context.messages.info)
-        result = patch_images(
-            model,
-            clean,
-            corrupt,
-            job.sites,
-            job.methods,
-            job.target,
-            job.contrast,
-            steps,
-            embedding=job.bound_target(model),
-        )
-    subject = {"clean": clean.source.to_json(), "corrupt": corrupt.source.to_json()}
-    context.publish([(job, result, set_subject([clean_path, corrupt_path]), subject)], context.provenance(model))
+        # One result about the pair: a failure ends the command with its own message.
+        context.session(model, reraise=True).run([job], [clean_path, corrupt_path], Report(), progress, steps)
+    context.emitter.finish()

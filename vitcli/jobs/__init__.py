@@ -116,9 +116,19 @@ class Job(ABC):
         """The typed result about the run's images together (jobs of scope "set")."""
         raise NotImplementedError(f"{self.command} does not compute over a set of images")
 
+    def subject_of(self, result: Any) -> dict[str, Any] | None:
+        """The subject JSON of a result not about one image, when the result describes it better than the runner can
+        (compare's images with their hashes, probe's data folder); None: the set's paths, or none for the model."""
+        return None
+
+    def once_subject(self) -> str | None:
+        """The subject folder of a result of scope "model" that is about something besides the model (probe's data
+        folder); None: `model`."""
+        return None
+
     def attach(self, publisher: Any) -> None:  # noqa: B027  (most jobs keep nothing in the store)
         """The run's publisher, before compute_set, for a job that keeps a cache in the output store (heads' text
-        embeddings)."""
+        embeddings); not called where results are kept in memory (the Python API)."""
 
     @abstractmethod
     def present(self, result: Any) -> Presentation:

@@ -1,11 +1,13 @@
-"""`vitcli compare` as a library: its Job (settings, checks, name, presentation); the command computes the result
-about the image set itself, so there is no builder yet."""
+"""`vitcli compare` as a library: its Job, one result about a set of images, and the builder that the command,
+`vitcli run` configs and the Python API (vitcli.compare) call."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from vitcli.jobs import Job, Presentation
+from vitcli.errors import UsageError
+from vitcli.jobs import Job, Presentation, Steps, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.spec import fitted_count
 
@@ -13,9 +15,11 @@ DEFAULT_TOP_K = 5
 
 
 class CompareJob(Job):
-    """One result about an image set: computed by the command, not per image (so no `vitcli run` builder)."""
+    """One result about the images together (scope "set"): their readouts side by side, A~B and the pairs asked for
+    block by block, and every pair's final similarity."""
 
     command = "compare"
+    scope = "set"
 
     def __init__(self, classes: list[str] | None = None, top_k: int | None = None, pairs: str | None = None):
         self.class_texts = list(classes or [])
@@ -29,6 +33,12 @@ class CompareJob(Job):
 
         if self.pairs_text is not None:
             self.pairs = parse_pairs(self.pairs_text, count)
+
+    def check_images(self, count: int) -> None:
+        """Two images or more; the pairs asked for (--pairs) resolved against their number."""
+        if count < 2:
+            raise UsageError(f"compare needs at least two images, got {count}")
+        self.choose_pairs(count)
 
     def check(self, architecture: Any) -> None:
         from vitcli.target_class import resolve_class
@@ -53,7 +63,23 @@ class CompareJob(Job):
 
         return f"{letter(pair[0])}{joint}{letter(pair[1])}"
 
+    def compute_set(self, model: Any, paths: list[Path], steps: Steps) -> Any:
+        from vitcli.experiments.compare import compare_images
+
+        prepared = [model.prepare(path) for path in paths]
+        return compare_images(model, prepared, self.classes, self.top_k, self.pairs)
+
+    def subject_of(self, result: Any) -> dict[str, Any]:
+        """Each image with its hash, size and mode, as a per-image result names its image."""
+        return {"images": [image.source.to_json() for image in result.images]}
+
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import compare as view
 
         return Presentation.of(view, result)
+
+
+@builds_jobs("compare")
+def compare_jobs(classes: list[str] | None = None, top_k: int | None = None, pairs: str | None = None) -> list[Job]:
+    """One CompareJob over all the images of a run (or of the command's arguments)."""
+    return [CompareJob(classes, top_k, pairs)]

@@ -34,6 +34,7 @@ class PatchJob(FollowsEmbedding, Job):
     `partner`: here CLEAN; in PatchIntoJob (a `vitcli run` experiment), CORRUPT."""
 
     command = "patch"
+    scope = "set"  # the pair (CLEAN, CORRUPT), in that order
     partner_role = "clean"
     name_prefix = "from"
 
@@ -97,6 +98,30 @@ class PatchJob(FollowsEmbedding, Job):
             "methods": self.methods,
         }
 
+    def check_images(self, count: int) -> None:
+        if count != 2:
+            raise UsageError(f"patch needs exactly two images, CLEAN then CORRUPT; got {count}")
+
+    def compute_set(self, model: Any, paths: list[Path], steps: Any) -> Any:
+        """The pair as `vitcli patch CLEAN CORRUPT` runs it: `paths` are CLEAN (the job's partner) and CORRUPT."""
+        from vitcli.experiments.patching import patch_images
+
+        clean, corrupt = (model.prepare(path) for path in paths)
+        return patch_images(
+            model,
+            clean,
+            corrupt,
+            self.sites,
+            self.methods,
+            self.target,
+            self.contrast,
+            steps,
+            embedding=self.bound_target(model),
+        )
+
+    def subject_of(self, result: Any) -> dict[str, Any]:
+        return {"clean": result.clean.source.to_json(), "corrupt": result.corrupt.source.to_json()}
+
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import patch as view
 
@@ -125,6 +150,9 @@ class PatchIntoJob(PatchJob):
         super().__init__(corrupt, target, contrast, sites, methods, embedding)
         self.corrupt_sha256 = file_sha256(corrupt)
         self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
+
+    def check_images(self, count: int) -> None:
+        """Any number of images: each is one CLEAN (not the pair's two)."""
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.patching import corrupt_forward, patch_images
@@ -184,6 +212,28 @@ def patch_jobs(
         target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
     )
     return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
+
+
+def patch_pair_job(
+    pair: list[str] | None,
+    target: str | None = None,
+    contrast: str | None = None,
+    sites: list[SiteKind] | None = None,
+    method: list[Method] | None = None,
+    target_image: str | None = None,
+    target_direction: str | None = None,
+    target_feature: int | None = None,
+    target_text: str | None = None,
+    contrast_text: str | None = None,
+) -> PatchJob:
+    """The command line's form, `vitcli patch CLEAN CORRUPT` (and vitcli.patch): one PatchJob about the pair."""
+    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
+    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
+    clean, _ = clean_and_corrupt(pair)
+    embedding = parse_embedding_target(
+        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
+    )
+    return PatchJob(clean, target, contrast, chosen_sites, chosen_methods, embedding)
 
 
 def clean_and_corrupt(arguments: list[str] | None) -> tuple[Path, Path]:
