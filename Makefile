@@ -29,7 +29,7 @@ demo-offline: $(STAMP)
 	@echo "demo-offline: random weights (no download); the tool works, the predictions are meaningless"
 	$(BIN)/vitcli predict examples/images/newfoundland_31.jpg --weights random
 
-# The fast suite (1,009 tests in 2 min 50 s on 2 quiet cores after the install; see the README); CI runs everything.
+# The fast suite (1,160 tests in 3 min 20 s on 2 quiet cores after the install; see the README); CI runs everything.
 test: $(STAMP)
 	$(PYTEST) -m "not slow"
 
