@@ -128,9 +128,7 @@ class AblateJob(FollowsEmbedding, Job):
             self.named_blocks,
             setting("m", self.mode),
             setting("r", _paths_hash(self.reference) if self.reference else None),
-            self.embedding_target.name_part
-            if self.embedding_target is not None
-            else setting("t", "top1" if self.target is None else self.target),
+            self.target_name_part(),
         )
 
     def settings(self) -> dict[str, Any]:

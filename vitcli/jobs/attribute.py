@@ -80,14 +80,9 @@ class AttributeJob(FollowsEmbedding, Job):
             "attribute",
             self.by,
             setting("b", self.block),
-            self._target_part(),
+            self.target_name_part(),
             setting("c", self.contrast),
         )
-
-    def _target_part(self) -> str | None:
-        if self.embedding_target is not None:
-            return self.embedding_target.name_part
-        return setting("t", "top1" if self.target is None else self.target)
 
     def settings(self) -> dict[str, Any]:
         return {

@@ -127,7 +127,7 @@ class ExplainJob(FollowsEmbedding, Job):
             setting("m", self.methods),
             setting("b", self.block) if reads_block else None,
             self.fill if covers else None,
-            self._target_part(),
+            self.target_name_part(),
             setting("c", self.contrast) if self.contrast is not None else None,
         ]
         if "ig" in self.methods:
@@ -139,11 +139,6 @@ class ExplainJob(FollowsEmbedding, Job):
         if self.faithfulness:
             parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
-
-    def _target_part(self) -> str | None:
-        if self.embedding_target is not None:
-            return self.embedding_target.name_part
-        return setting("t", "top1" if self.target is None else self.target)
 
     def settings(self) -> dict[str, Any]:
         return {

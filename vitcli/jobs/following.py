@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vitcli.naming import setting
 from vitcli.targets import EmbeddingTarget
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ class FollowsEmbedding:
     """A job's embedding target, bound to the loaded model on first use (REF's embedding computed once)."""
 
     embedding_target: EmbeddingTarget | None = None
+    target: int | None = None  # the class followed otherwise (None: the clean top-1), resolved by the job's check()
     _bound: tuple[int, BoundTarget] | None = None
 
     def bound_target(self, model: VitModel) -> BoundTarget | None:
@@ -26,6 +28,12 @@ class FollowsEmbedding:
         if self._bound is None or self._bound[0] != id(model):
             self._bound = (id(model), bind(self.embedding_target, model))
         return self._bound[1]
+
+    def target_name_part(self) -> str | None:
+        """The result name's part for what the job follows: the embedding target's, else t<class> (ttop1)."""
+        if self.embedding_target is not None:
+            return self.embedding_target.name_part
+        return setting("t", "top1" if self.target is None else self.target)
 
     def embedding_settings(self) -> dict[str, Any]:
         """The target as JSON; once bound, with what the loaded model tells (a text target's scale)."""

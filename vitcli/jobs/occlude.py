@@ -39,12 +39,6 @@ class OcclusionJob(FollowsEmbedding, Job):
             self.embedding_target.check(architecture)
         self.target = resolve_target_text(architecture, self.target_text)
 
-    @property
-    def target_part(self) -> str:
-        if self.embedding_target is not None:
-            return self.embedding_target.name_part
-        return "ttop1" if self.target is None else f"t{self.target}"
-
     def target_argument(self, work: ImageWork) -> Any:
         """What the experiment follows: the embedding target on this model, the class index, or None (top-1)."""
         if self.embedding_target is not None:
@@ -55,7 +49,7 @@ class OcclusionJob(FollowsEmbedding, Job):
         return None if self.embedding_target is not None else work.clean_logits()
 
     def name(self) -> str:
-        return result_name("occlusion-quadrants", self.fill.value, self.target_part)
+        return result_name("occlusion-quadrants", self.fill.value, self.target_name_part())
 
     def settings(self) -> dict[str, Any]:
         target = "top1" if self.target is None else self.target
@@ -106,7 +100,7 @@ class PatchOcclusionJob(OcclusionJob):
             setting("s", windows.size),
             setting("st", windows.stride),
             self.fill.value,
-            self.target_part,
+            self.target_name_part(),
         )
 
     def settings(self) -> dict[str, Any]:

@@ -76,11 +76,8 @@ class PatchJob(FollowsEmbedding, Job):
 
     def _target_parts(self) -> list[str | None]:
         if self.embedding_target is not None:
-            return [self.embedding_target.name_part]
-        return [
-            setting("t", "top1" if self.target is None else self.target),
-            setting("c", "auto" if self.contrast is None else self.contrast),
-        ]
+            return [self.target_name_part()]
+        return [self.target_name_part(), setting("c", "auto" if self.contrast is None else self.contrast)]
 
     def settings(self) -> dict[str, Any]:
         if self.embedding_target is not None:
