@@ -84,16 +84,7 @@ def document(result: QueryAttention) -> dict[str, Any]:
         "stage": result.stage,
         "self_check": self_check_json(result.self_check, result.self_check_what),
         "maps": [
-            {
-                "block": row.block,
-                "head": row.head,
-                "cls_attention": float(row.attention[0]) if has_class_token(result.grid) else None,
-                "self_attention": float(row.attention[result.query.token]),
-                "sum": row.total,
-                "top": [{**place(result.grid, token), "attention": value} for token, value in row.top(result.top_k)],
-                "attention": row.attention.tolist(),
-            }
-            for row in result.maps
+            {"block": row.block, **row_json(result.grid, row, result.top_k, result.query.token)} for row in result.maps
         ],
     }
 
@@ -184,6 +175,20 @@ def stage_note(result: QueryAttention) -> str:
 
 def has_class_token(grid: PatchGrid) -> bool:
     return grid.num_prefix > 0 and grid.prefix_names[0] == "CLS"
+
+
+def row_json(grid: PatchGrid, row: Any, top_k: int, query: int | None = None) -> dict[str, Any]:
+    """One head's attention row as JSON: its CLS share (where there is a CLS), the query token's own share (for a
+    token's query; an attention pooling's latent query has none), sum, top sources and every value."""
+    shares = {"self_attention": float(row.attention[query])} if query is not None else {}
+    return {
+        "head": row.head,
+        "cls_attention": float(row.attention[0]) if has_class_token(grid) else None,
+        **shares,
+        "sum": row.total,
+        "top": [{**place(grid, token), "attention": value} for token, value in row.top(top_k)],
+        "attention": row.attention.tolist(),
+    }
 
 
 def cls_note(grid: PatchGrid, attention: Tensor) -> str:

@@ -13,12 +13,14 @@ from vitcli.experiments.attention import SELF_CHECK_TOLERANCE, patch_map
 from vitcli.experiments.attention_pool import POOL_CHECK, PoolAttention
 from vitcli.presentation.attention import (
     MULTI_MAP_TOP,
+    cls_note,
     colour_range,
     grid_json,
     has_class_token,
     percent,
     place,
     ranked_sources,
+    row_json,
     scale_note,
     titled_table,
 )
@@ -39,7 +41,7 @@ def caption(result: PoolAttention) -> Text:
 def table(result: PoolAttention) -> Table:
     if len(result.maps) == 1:
         row = result.maps[0]
-        cls = f"CLS attention {percent(row.attention[0])}%, " if has_class_token(result.grid) else ""
+        cls = cls_note(result.grid, row.attention)
         single = titled_table(
             result.source.display_path,
             f"attention pooling, head {row.head}: attention of its latent query",
@@ -72,16 +74,7 @@ def document(result: PoolAttention) -> dict[str, Any]:
         "query": {"name": "latent", "latents": result.latents, "shown": 1},
         "grid": grid_json(result.grid),
         "self_check": {"tolerance": SELF_CHECK_TOLERANCE, "what": POOL_CHECK, "max_abs_difference": result.self_check},
-        "maps": [
-            {
-                "head": row.head,
-                "cls_attention": float(row.attention[0]) if has_class_token(result.grid) else None,
-                "sum": row.total,
-                "top": [{**place(result.grid, token), "attention": value} for token, value in row.top(result.top_k)],
-                "attention": row.attention.tolist(),
-            }
-            for row in result.maps
-        ],
+        "maps": [row_json(result.grid, row, result.top_k) for row in result.maps],
     }
 
 
