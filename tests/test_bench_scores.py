@@ -262,6 +262,7 @@ def test_bootstrap_interval_leaves_absent_scores_out():
 # ----- through explain
 
 
+@pytest.mark.slow
 def test_explain_scores_the_baselines_and_focus_on_a_mosaic(cli, workdir, tmp_path):
     """A 2x2 mosaic photo 248x248 (the crop keeps its centre), its mask the top-right and bottom-left quadrants."""
     images, masks = tmp_path / "images", tmp_path / "masks"
@@ -271,16 +272,59 @@ def test_explain_scores_the_baselines_and_focus_on_a_mosaic(cli, workdir, tmp_pa
     mask = np.zeros((248, 248), dtype=np.uint8)
     mask[:124, 124:] = mask[124:, :124] = 255
     Image.fromarray(mask).save(masks / "mosaic.png")
-    result = cli("explain", images / "mosaic.png", *RANDOM_CPU, "-M", "random", "-M", "edge", "-M", "occlusion",
-                 "--masks", masks, "-f", "json")
+    result = cli(
+        "explain",
+        images / "mosaic.png",
+        *RANDOM_CPU,
+        "-M",
+        "random",
+        "-M",
+        "edge",
+        "-M",
+        "gradient",
+        "--masks",
+        masks,
+        "-f",
+        "json",
+    )
     assert result.exit_code == 0, result.stderr
-    body = json.loads(result.stdout)["result"]
+    ((document,),) = json.loads(result.stdout).values()
+    body = document["result"]
     localisation = body["audits"]["localisation"]
     assert localisation["quadrants"] == [0, 1, 1, 0]
     maps = {item["method"]: np.array(item["values"]) for item in body["maps"]}
+    assert [entry["method"] for entry in localisation["methods"]] == ["random", "edge", "gradient"]
     for entry in localisation["methods"]:
         values = maps[entry["method"]]
         assert entry["focus"] == pytest.approx(focus(values, (0, 1, 1, 0)), abs=1e-12)
         assert entry["mass_accuracy_signed"] == pytest.approx(
             signed_mass_accuracy(values, np.array(localisation["object_share"])), abs=1e-12
         )
+
+
+@pytest.mark.slow
+def test_the_baselines_run_through_every_audit(tiny2, photo, tmp_path):
+    """Faithfulness beside its random patch orders, masks, robustness, ROAD and sanity; the baselines read no model,
+    so the sanity checks see the same maps at every step."""
+    from vitcli.experiments.explain import MapSettings, explain
+    from vitcli.experiments.explain_audits import audit
+    from vitcli.experiments.explain_options import AuditOptions
+    from vitcli.experiments.faithfulness import RANDOM, FaithfulnessOptions
+
+    prepared = tiny2.prepare(photo)
+    mask = np.zeros((64, 64), dtype=np.uint8)
+    mask[16:48, 16:48] = 1
+    Image.fromarray(mask * 255).save(tmp_path / f"{photo.stem}.png")
+    methods = ["random", "edge", "gradient"]
+    result = explain(tiny2, prepared, methods, target="3", faithfulness=FaithfulnessOptions(2, random_orders=2))
+    assert {method for method, _, _ in result.faithfulness.ranking()} == {*methods, RANDOM}
+    options = AuditOptions(masks=tmp_path, robustness=True, road=True, sanity=True)
+    audits = audit(tiny2, prepared, result, MapSettings(result.block), options)
+    assert [item.method for item in audits.localisation.methods] == methods
+    assert [item.method for item in audits.road.methods] == methods
+    sensitivity = {item.method: item.max for item in audits.robustness.methods}
+    assert sensitivity["edge"] < 0.1 < sensitivity["random"]  # a fresh draw for each perturbed input
+    for step in audits.sanity.steps:
+        for method in ("random", "edge"):
+            assert step.similarity[method].spearman_abs == 1.0
+    assert not audits.sanity.passed("random") and not audits.sanity.passed("edge")

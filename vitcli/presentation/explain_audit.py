@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vitcli.experiments.attribution import RECONSTRUCTION_TOLERANCE
 from vitcli.experiments.explain import Explanation, MethodMap
-from vitcli.experiments.localisation import HIT_SHARE, Localisation
+from vitcli.experiments.localisation import HIT_SHARE, QUADRANTS, Localisation
 from vitcli.experiments.road import Road
 from vitcli.experiments.robustness import Robustness
 from vitcli.grid import PatchGrid
@@ -155,17 +155,31 @@ def audit_tables(result: Explanation) -> list[Table]:
 
 def localisation_table(localisation: Localisation) -> Table:
     resized = ", resized to the image (nearest)" if localisation.resized else ""
+    mosaic = localisation.quadrants is not None
+    quadrants = f"; a mosaic's target quadrants: {_quadrant_names(localisation.quadrants)}" if mosaic else ""
     table = Table(
-        title=f"localisation against {localisation.mask.name} ({localisation.kind}{resized})",
+        title=f"localisation against {localisation.mask.name} ({localisation.kind}{resized}{quadrants})",
         caption=f"pointing game: the largest patch has at least {HIT_SHARE:g} of its pixels on the object; "
-        "relevance mass accuracy: share of the positive map mass on the object (higher is better)",
+        "mass accuracy: share of the positive map mass on the object; signed: sum of the values on the object / "
+        "sum of all values (Quantus's)"
+        + ("; Focus: share of the positive mass in the target quadrants" if mosaic else "")
+        + " (higher is better)",
     )
-    for column in ("method", "top patch", "pointing game", "mass accuracy"):
+    columns = ["method", "top patch", "pointing game", "mass accuracy", "mass accuracy signed"]
+    for column in columns + (["Focus"] if mosaic else []):
         table.add_column(column, justify="left" if column == "method" else "right")
     for item in localisation.methods:
         mass = "no positive mass" if item.mass_accuracy is None else f"{item.mass_accuracy:.4g}"
-        table.add_row(item.method, f"P{item.top_patch}", "hit" if item.hit else "miss", mass)
+        signed = "sum 0" if item.mass_accuracy_signed is None else f"{item.mass_accuracy_signed:.4g}"
+        cells = [item.method, f"P{item.top_patch}", "hit" if item.hit else "miss", mass, signed]
+        if mosaic:
+            cells.append("no positive mass" if item.focus is None else f"{item.focus:.4g}")
+        table.add_row(*cells)
     return table
+
+
+def _quadrant_names(quadrants: tuple[int, ...]) -> str:
+    return ", ".join(name for name, flag in zip(QUADRANTS, quadrants, strict=True) if flag)
 
 
 def robustness_table(robustness: Robustness) -> Table:
@@ -216,6 +230,14 @@ def audits_json(result: Explanation) -> dict[str, Any]:
             "object": "value 1" if localisation.kind == "trimap" else "non-zero values",
             "resized": localisation.resized,
             "hit_share": HIT_SHARE,
+            "definitions": {
+                "mass_accuracy": "sum of max(v, 0) x object share / sum of max(v, 0) (positive mass only)",
+                "mass_accuracy_signed": "sum of v x object share / sum of v (Quantus's RelevanceMassAccuracy)",
+                "focus": "sum of max(v, 0) in the target quadrants / sum of max(v, 0) (Arias-Duart et al. 2022); "
+                "only when the mask is one to three whole quadrants",
+            },
+            "quadrants": None if localisation.quadrants is None else list(localisation.quadrants),
+            "quadrant_order": list(QUADRANTS),
             "object_share": localisation.object_share.tolist(),
             "methods": [
                 {
@@ -223,6 +245,8 @@ def audits_json(result: Explanation) -> dict[str, Any]:
                     "top_patch": f"P{item.top_patch}",
                     "pointing_game": item.hit,
                     "mass_accuracy": item.mass_accuracy,
+                    "mass_accuracy_signed": item.mass_accuracy_signed,
+                    "focus": item.focus,
                 }
                 for item in localisation.methods
             ],
@@ -281,6 +305,8 @@ def audits_json(result: Explanation) -> dict[str, Any]:
 SCORES = {
     "pointing_game": ("localisation", "pointing_game", True),
     "mass_accuracy": ("localisation", "mass_accuracy", True),
+    "mass_accuracy_signed": ("localisation", "mass_accuracy_signed", True),
+    "focus": ("localisation", "focus", True),
     "max_sensitivity": ("robustness", "max_sensitivity", False),
     "avg_sensitivity": ("robustness", "avg_sensitivity", False),
     "road_morf": ("road", "morf_mean", False),
