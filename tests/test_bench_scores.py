@@ -291,7 +291,8 @@ def test_explain_scores_the_baselines_and_focus_on_a_mosaic(cli, workdir, tmp_pa
     ((document,),) = json.loads(result.stdout).values()
     body = document["result"]
     localisation = body["audits"]["localisation"]
-    assert localisation["quadrants"] == [0, 1, 1, 0]
+    assert localisation["quadrants"] == ["top right", "bottom left"]
+    assert "focus" in localisation["definition"]
     maps = {item["method"]: np.array(item["values"]) for item in body["maps"]}
     assert [entry["method"] for entry in localisation["methods"]] == ["random", "edge", "gradient"]
     for entry in localisation["methods"]:
@@ -328,3 +329,30 @@ def test_the_baselines_run_through_every_audit(tiny2, photo, tmp_path):
         for method in ("random", "edge"):
             assert step.similarity[method].spearman_abs == 1.0
     assert not audits.sanity.passed("random") and not audits.sanity.passed("edge")
+
+
+def test_the_scores_reach_the_table_json_and_summary_named():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from vitcli.experiments.localisation import Localisation, score_map
+    from vitcli.presentation.explain_audit import audit_scores, audits_json, localisation_table
+
+    share = shares(square_mask(np.random.default_rng(14), aligned=True))
+    values = np.random.default_rng(15).normal(0.3, 1.0, (ROWS, ROWS))
+    for quadrants in (None, (1, 0, 0, 1)):
+        localisation = Localisation(Path("m.png"), "binary", False, share, [score_map("ig", values, share, quadrants)])
+        localisation.quadrants = quadrants
+        empty = dict(robustness=None, road=None, sanity=None)
+        body = audits_json(SimpleNamespace(audits=SimpleNamespace(localisation=localisation, **empty)))
+        scores = audit_scores({"audits": body})
+        assert scores["mass_accuracy"]["ig"] == mass_accuracy(values, share)
+        assert scores["mass_accuracy_signed"]["ig"] == signed_mass_accuracy(values, share)
+        assert ("focus" in scores) == (quadrants is not None)
+        console = Console(width=200, record=True)
+        console.print(localisation_table(localisation))
+        shown = console.export_text()
+        assert "mass accuracy signed" in shown and ("Focus" in shown) == (quadrants is not None)
+    assert scores["focus"]["ig"] == focus(values, (1, 0, 0, 1))

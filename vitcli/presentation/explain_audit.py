@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vitcli.experiments.attribution import RECONSTRUCTION_TOLERANCE
 from vitcli.experiments.explain import Explanation, MethodMap
-from vitcli.experiments.localisation import HIT_SHARE, QUADRANTS, Localisation
+from vitcli.experiments.localisation import HIT_SHARE, QUADRANTS, Localisation, MethodLocalisation
 from vitcli.experiments.road import Road
 from vitcli.experiments.robustness import Robustness
 from vitcli.grid import PatchGrid
@@ -156,7 +156,7 @@ def audit_tables(result: Explanation) -> list[Table]:
 def localisation_table(localisation: Localisation) -> Table:
     resized = ", resized to the image (nearest)" if localisation.resized else ""
     mosaic = localisation.quadrants is not None
-    quadrants = f"; a mosaic's target quadrants: {_quadrant_names(localisation.quadrants)}" if mosaic else ""
+    quadrants = f"; a mosaic's target quadrants: {', '.join(_quadrant_names(localisation.quadrants))}" if mosaic else ""
     table = Table(
         title=f"localisation against {localisation.mask.name} ({localisation.kind}{resized}{quadrants})",
         caption=f"pointing game: the largest patch has at least {HIT_SHARE:g} of its pixels on the object; "
@@ -178,8 +178,30 @@ def localisation_table(localisation: Localisation) -> Table:
     return table
 
 
-def _quadrant_names(quadrants: tuple[int, ...]) -> str:
-    return ", ".join(name for name, flag in zip(QUADRANTS, quadrants, strict=True) if flag)
+def _quadrant_names(quadrants: tuple[int, ...]) -> list[str]:
+    return [name for name, flag in zip(QUADRANTS, quadrants, strict=True) if flag]
+
+
+LOCALISATION_DEFINITION = (
+    "pointing_game: the largest patch (ties by patch number) has at least hit_share of its pixels on the object; "
+    "mass_accuracy: sum of max(v, 0) x object share / sum of max(v, 0), the positive mass only; "
+    "mass_accuracy_signed: sum of v x object share / sum of v (Quantus's RelevanceMassAccuracy)"
+)
+FOCUS_DEFINITION = (
+    "; focus: sum of max(v, 0) in the target quadrants / sum of max(v, 0) (Arias-Duart et al. 2022), the mask being "
+    "whole quadrants of a 2x2 mosaic"
+)
+
+
+def _localisation_json(item: MethodLocalisation, mosaic: bool) -> dict[str, Any]:
+    body = {
+        "method": item.method,
+        "top_patch": f"P{item.top_patch}",
+        "pointing_game": item.hit,
+        "mass_accuracy": item.mass_accuracy,
+        "mass_accuracy_signed": item.mass_accuracy_signed,
+    }
+    return body | ({"focus": item.focus} if mosaic else {})
 
 
 def robustness_table(robustness: Robustness) -> Table:
@@ -230,26 +252,10 @@ def audits_json(result: Explanation) -> dict[str, Any]:
             "object": "value 1" if localisation.kind == "trimap" else "non-zero values",
             "resized": localisation.resized,
             "hit_share": HIT_SHARE,
-            "definitions": {
-                "mass_accuracy": "sum of max(v, 0) x object share / sum of max(v, 0) (positive mass only)",
-                "mass_accuracy_signed": "sum of v x object share / sum of v (Quantus's RelevanceMassAccuracy)",
-                "focus": "sum of max(v, 0) in the target quadrants / sum of max(v, 0) (Arias-Duart et al. 2022); "
-                "only when the mask is one to three whole quadrants",
-            },
-            "quadrants": None if localisation.quadrants is None else list(localisation.quadrants),
-            "quadrant_order": list(QUADRANTS),
+            "definition": LOCALISATION_DEFINITION + (FOCUS_DEFINITION if localisation.quadrants is not None else ""),
+            "quadrants": None if localisation.quadrants is None else _quadrant_names(localisation.quadrants),
             "object_share": localisation.object_share.tolist(),
-            "methods": [
-                {
-                    "method": item.method,
-                    "top_patch": f"P{item.top_patch}",
-                    "pointing_game": item.hit,
-                    "mass_accuracy": item.mass_accuracy,
-                    "mass_accuracy_signed": item.mass_accuracy_signed,
-                    "focus": item.focus,
-                }
-                for item in localisation.methods
-            ],
+            "methods": [_localisation_json(item, localisation.quadrants is not None) for item in localisation.methods],
         }
     if audits.robustness is not None:
         robustness = audits.robustness
