@@ -356,3 +356,14 @@ def test_the_scores_reach_the_table_json_and_summary_named():
         shown = console.export_text()
         assert "mass accuracy signed" in shown and ("Focus" in shown) == (quadrants is not None)
     assert scores["focus"]["ig"] == focus(values, (1, 0, 0, 1))
+
+
+def test_the_random_baselines_seed_names_its_results_and_the_edge_map_needs_none():
+    from vitcli.jobs.explain import explain_jobs
+
+    def name(method: str, seed: int, **audits) -> str:
+        return explain_jobs(method=[method], noise_seed=seed, **audits)[0].name()
+
+    assert name("random", 0) != name("random", 5) and name("random", 5).endswith("-ns5")
+    assert name("random", 5, road=True).count("ns5") == 1  # the audits' part carries it once
+    assert name("edge", 0) == name("edge", 5)

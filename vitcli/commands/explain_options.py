@@ -48,7 +48,8 @@ NoiseOption = Annotated[
 NoiseSeedOption = Annotated[
     int,
     typer.Option(
-        help="Seed of SmoothGrad's noise, --robustness's perturbations and --road's imputation noise.",
+        help="Seed of SmoothGrad's noise, --robustness's perturbations, --road's imputation noise and the random "
+        "baseline's maps.",
         rich_help_panel=_GRADIENTS,
     ),
 ]
