@@ -367,3 +367,27 @@ def test_the_random_baselines_seed_names_its_results_and_the_edge_map_needs_none
     assert name("random", 0) != name("random", 5) and name("random", 5).endswith("-ns5")
     assert name("random", 5, road=True).count("ns5") == 1  # the audits' part carries it once
     assert name("edge", 0) == name("edge", 5)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (dict(resamples=0), "bootstrap resamples must be at least 1, not 0"),
+        (dict(confidence=1.0), "bootstrap confidence must be between 0 and 1, not 1.0"),
+        (dict(seed=-1), "bootstrap seed must be at least 0, not -1"),
+    ],
+)
+def test_bootstrap_interval_refuses_settings_out_of_range(arguments, message):
+    from vitcli.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        bootstrap_interval([0.5, 0.7], **arguments)
+    assert str(refused.value) == message
+
+
+def test_quadrant_flags_are_checked():
+    from vitcli.errors import VitcliError
+
+    for flags in [(0, 0, 0, 0), (1, 0, 0), (2, 0, 0, 0)]:
+        with pytest.raises(VitcliError, match="target quadrants must be four 0/1 flags"):
+            focus(np.ones((ROWS, ROWS)), flags)
