@@ -26,6 +26,7 @@ from vitcli.experiments.localisation import (
     mass_accuracy,
     mosaic_quadrants,
     pointing_game,
+    pointing_game_any_pixel,
     quadrant_share,
     signed_mass_accuracy,
 )
@@ -128,6 +129,17 @@ def test_pointing_game_differs_from_quantus_only_by_the_documented_protocol():
     assert list(expected) == [1.0, 1.0]
     assert shares(corner)[0, 0] < HIT_SHARE and not pointing_game(peak, shares(corner))
     assert not pointing_game(tied, shares(second))  # the tie goes to P1, off the object
+    assert pointing_game_any_pixel(peak, shares(corner)) and pointing_game_any_pixel(tied, shares(second))
+
+
+def test_pointing_game_any_pixel_equals_quantus_on_any_mask_with_ties():
+    rng = np.random.default_rng(16)
+    masks = [square_mask(rng, aligned=False) for _ in range(60)]
+    maps = [rng.integers(0, 4, (ROWS, ROWS)).astype(float) for _ in masks]  # many tied maxima
+    expected = quantus_scores(quantus.PointingGame, [pixels(m) for m in maps], masks)
+    ours = [pointing_game_any_pixel(values, shares(mask)) for values, mask in zip(maps, masks, strict=True)]
+    assert ours == [bool(score) for score in expected]
+    assert 0 < sum(ours) < len(ours)
 
 
 @pytest.mark.parametrize(("rows", "patch"), [(14, 16), (7, 32)], ids=["14x14", "7x7-straddling"])
