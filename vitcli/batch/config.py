@@ -223,9 +223,9 @@ def located(where: str, message: str) -> str:
 
 
 def _click_parameters(command: str) -> dict[str, Any]:
-    """The command's own options as the command line's click parameters: built, as the command line builds them,
-    from the declarations of its builder's parameters."""
-    return _parameters_declared(declared_options(job_builder(command)))
+    """The command's options, its own and the shared ones, as click parameters built as the command line builds them:
+    from the declarations of its builder's parameters and of the shared options."""
+    return _parameters_declared(declared_options(job_builder(command)) + shared_parameters())
 
 
 def _parameters_declared(declared: list[inspect.Parameter]) -> dict[str, Any]:

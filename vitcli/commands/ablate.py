@@ -1,4 +1,4 @@
-"""`vitcli ablate`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.ablate."""
+"""`vitcli ablate`: the Typer command; its options, Jobs and builder are vitcli.jobs.ablate."""
 
 from __future__ import annotations
 
@@ -19,11 +19,7 @@ from vitcli.shell import vitcli_command
         "vitcli ablate photo.jpg --mode resample --reference other_photos/",
     ],
 )
-def ablate_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def ablate_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Ablate heads (or whole attention and MLP sublayers) one at a time, all ablations of an image as batched
     forwards: the change of the target logit and probability and whether the top-1 changes."""
     context.run(ablate_jobs(**options, run_images=images or []), images)

@@ -1,4 +1,4 @@
-"""`vitcli anatomy`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.anatomy."""
+"""`vitcli anatomy`: the Typer command; its options, Jobs and builder are vitcli.jobs.anatomy."""
 
 from __future__ import annotations
 

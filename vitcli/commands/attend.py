@@ -1,4 +1,4 @@
-"""`vitcli attend`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.attend."""
+"""`vitcli attend`: the Typer command; its options, Jobs and builder are vitcli.jobs.attend."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from vitcli.context import CommandContext
 from vitcli.jobs.attend import attend_jobs
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
-
-_ROLLOUT = "Rollout options"
 
 
 @vitcli_command(
@@ -21,11 +19,7 @@ _ROLLOUT = "Rollout options"
         "vitcli attend examples/images --view summary --query all --format csv",
     ],
 )
-def attend_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def attend_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Exact attention of one query for any block and head: table, maps, summaries and rollout.
 
     The attention is softmax(q k^T * scale) over all tokens (CLS included), never renormalized; nothing is printed

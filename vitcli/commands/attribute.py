@@ -1,4 +1,4 @@
-"""`vitcli attribute`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.attribute."""
+"""`vitcli attribute`: the Typer command; its options, Jobs and builder are vitcli.jobs.attribute."""
 
 from __future__ import annotations
 
@@ -30,11 +30,7 @@ ContrastOption = Annotated[
         "vitcli attribute photo.jpg --by token --block 11",
     ],
 )
-def attribute_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def attribute_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Direct logit attribution: the target logit split exactly into what the embedding, each block's attention
     and MLP, each head or each source token wrote, with the final LayerNorm's scale frozen; checked to add up."""
     context.run(attribute_jobs(**options), images)

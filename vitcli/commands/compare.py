@@ -1,4 +1,4 @@
-"""`vitcli compare`: the Typer command and its options; its Job and builder are vitcli.jobs.compare."""
+"""`vitcli compare`: the Typer command; its options, Job and builder are vitcli.jobs.compare."""
 
 from __future__ import annotations
 
@@ -22,11 +22,7 @@ from vitcli.shell import vitcli_command
         "vitcli compare photos/ --pairs A~C,B~D",
     ],
 )
-def compare_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def compare_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Same model, different inputs: CLS rows block by block (A~B and the pairs asked for), the classifier readout,
     CLS vs mean pooling, and the similarity of every pair's final features as an N x N heat map (two or more
     images)."""

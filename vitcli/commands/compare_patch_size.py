@@ -1,5 +1,4 @@
-"""`vitcli compare-patch-size`: the Typer command and its options; its Jobs and their builder are
-vitcli.jobs.compare_patch_size."""
+"""`vitcli compare-patch-size`: the Typer command; its options, Jobs and builder are vitcli.jobs.compare_patch_size."""
 
 from __future__ import annotations
 
@@ -21,10 +20,7 @@ from vitcli.shell import vitcli_command
         "vitcli compare-patch-size --adapt examples/images/newfoundland_31.jpg",
     ],
 )
-def compare_patch_size_command(
-    context: CommandContext,
-    **options: Any,
-) -> None:
+def compare_patch_size_command(context: CommandContext, **options: Any) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
     jobs = compare_patch_size_jobs(**options)
     adapt = options["adapt"]

@@ -1,4 +1,4 @@
-"""`vitcli explain`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.explain."""
+"""`vitcli explain`: the Typer command; its options, Jobs and builder are vitcli.jobs.explain."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from vitcli.context import CommandContext
 from vitcli.jobs.explain import explain_jobs
 from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
-
-_FAITHFULNESS = "Faithfulness options"
 
 
 @vitcli_command(
@@ -21,11 +19,7 @@ _FAITHFULNESS = "Faithfulness options"
         "vitcli explain photos/ --method gradcam --block 8 --target Newfoundland --format csv",
     ],
 )
-def explain_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def explain_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Explanation maps on the patch grid for one class, side by side over the crop, with raw values; with
     --faithfulness, deletion and insertion curves that rank the maps against random orders."""
     context.run(explain_jobs(**options), images)

@@ -1,4 +1,4 @@
-"""`vitcli explore`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.explore."""
+"""`vitcli explore`: the Typer command; its options, Jobs and builder are vitcli.jobs.explore."""
 
 from __future__ import annotations
 
@@ -18,11 +18,7 @@ from vitcli.shell import vitcli_command
         "vitcli explore photo.jpg --model vit_base_patch16_224 --blocks 1-4",
     ],
 )
-def explore_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def explore_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Interactive attention explorer: one self-contained HTML page per image with every block's and head's exact
     attention (float16); click a patch to see where it looks, in every head, with rollout."""
     context.run(explore_jobs(**options), images)

@@ -1,4 +1,4 @@
-"""`vitcli heads`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.heads."""
+"""`vitcli heads`: the Typer command; its options, Jobs and builder are vitcli.jobs.heads."""
 
 from __future__ import annotations
 
@@ -19,11 +19,7 @@ from vitcli.shell import vitcli_command
         "vitcli heads photos/ --texts bank.txt --model open_clip:ViT-B-16-SigLIP --blocks 2 --k 10",
     ],
 )
-def heads_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def heads_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Each head of the last blocks described by a few texts (TextSpan, Gandelsman et al., ICLR 2024): over the
     images, the texts whose directions explain most of the head's direct contribution to the image embedding, with
     the share of the head's variance each explains. Needs a model with a text tower (CLIP, SigLIP via open_clip)."""

@@ -1,4 +1,4 @@
-"""`vitcli lens`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.lens."""
+"""`vitcli lens`: the Typer command; its options, Jobs and builder are vitcli.jobs.lens."""
 
 from __future__ import annotations
 

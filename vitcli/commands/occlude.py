@@ -1,5 +1,5 @@
-"""`vitcli occlude-quadrants` and `occlude-patches`: the Typer commands and their options; their Jobs and builders
-are vitcli.jobs.occlude."""
+"""`vitcli occlude-quadrants` and `occlude-patches`: the Typer commands; their options, Jobs and builders are
+vitcli.jobs.occlude."""
 
 from __future__ import annotations
 
@@ -29,11 +29,7 @@ FillOption = Annotated[
         "vitcli occlude-quadrants examples/images --target Newfoundland --fill black --format csv",
     ],
 )
-def occlude_quadrants_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def occlude_quadrants_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Cover each quadrant in turn (112x112 on a 224 input): how far does the target probability fall?"""
     context.run(occlude_quadrants_jobs(**options), images)
 
@@ -46,10 +42,6 @@ def occlude_quadrants_command(
         "vitcli occlude-patches examples/images/newfoundland_31.jpg --size 32 --stride 16 --fill blur",
     ],
 )
-def occlude_patches_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def occlude_patches_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Slide a cover over the input (one per patch by default) and map the drop in target probability."""
     context.run(occlude_patches_jobs(**options), images)

@@ -1,4 +1,4 @@
-"""`vitcli patch`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.patch."""
+"""`vitcli patch`: the Typer command; its options, Jobs and builder are vitcli.jobs.patch."""
 
 from __future__ import annotations
 
@@ -30,11 +30,7 @@ PairArgument = Annotated[
         "vitcli patch dog.jpg cat.jpg --target 256 --contrast 283 --sites attention --sites mlp --format json",
     ],
 )
-def patch_command(
-    context: CommandContext,
-    images: PairArgument = None,
-    **options: Any,
-) -> None:
+def patch_command(context: CommandContext, images: PairArgument = None, **options: Any) -> None:
     """Activation patching: run CORRUPT, put back CLEAN's activation at one site (residual row, attention or MLP
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
     from vitcli.runner import LineSteps, ProgressSteps, Report, progress_display

@@ -1,4 +1,4 @@
-"""`vitcli patches`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.patches."""
+"""`vitcli patches`: the Typer command; its options, Jobs and builder are vitcli.jobs.patches."""
 
 from __future__ import annotations
 
@@ -18,10 +18,6 @@ from vitcli.shell import vitcli_command
         "vitcli patches examples/images/Persian_98.jpg --patch r4c6 --patch 74 --values 4",
     ],
 )
-def patches_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def patches_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """The patch grid, channel-major flattening and the patch projection, checked against the model's Conv2d."""
     context.run(patches_jobs(**options), images)

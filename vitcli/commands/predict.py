@@ -1,4 +1,4 @@
-"""`vitcli predict`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.predict."""
+"""`vitcli predict`: the Typer command; its options, Jobs and builder are vitcli.jobs.predict."""
 
 from __future__ import annotations
 
@@ -19,10 +19,6 @@ from vitcli.shell import vitcli_command
         "vitcli predict photos/ --format jsonl --weights random | jq .result.top[0]",
     ],
 )
-def predict_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def predict_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Top-k classes with probabilities, for one image or many (batched)."""
     context.run(predict_jobs(**options), images)

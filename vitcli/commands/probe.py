@@ -1,5 +1,5 @@
-"""`vitcli probe`: the Typer command and its options; its Job (which keeps the features and the checkpoint in the
-output store) and builder are vitcli.jobs.probe."""
+"""`vitcli probe`: the Typer command; its options, its Job (which keeps the features and the checkpoint
+in the output store) and builder are vitcli.jobs.probe."""
 
 from __future__ import annotations
 

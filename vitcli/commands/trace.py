@@ -1,4 +1,4 @@
-"""`vitcli trace`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.trace."""
+"""`vitcli trace`: the Typer command; its options, Jobs and builder are vitcli.jobs.trace."""
 
 from __future__ import annotations
 
@@ -19,10 +19,6 @@ from vitcli.shell import vitcli_command
         "vitcli trace examples/images/Persian_98.jpg --token r4c6 --blocks all --format json",
     ],
 )
-def trace_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    **options: Any,
-) -> None:
+def trace_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Every stage from pixels to probabilities for the followed rows, each checked against timm's own forward."""
     context.run(trace_jobs(**options), images)
