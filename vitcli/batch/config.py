@@ -11,8 +11,9 @@
     command = "attend"                    # spelled as on the command line (`top-k` or `top_k`)
     block = 4
 
-Experiment options are converted by the same click parameters as the command line, so a value the command would
-refuse is refused here, with its key path: "experiments[2].block: ...". Experiments count from 0.
+Experiment options are converted by click parameters built from the same declarations as the command line's (the
+builder's typed parameters, vitcli.declared_options), so a value the command would refuse is refused here, with its
+key path: "experiments[2].block: ...". Experiments count from 0.
 """
 
 from __future__ import annotations

@@ -103,12 +103,9 @@ def follows_embedding_target(builder: Callable[..., Any]) -> Callable[..., Any]:
     """A builder of jobs that follow a class (its `target`, and its `contrast` where it has one) or a target in
     embedding space: it takes the embedding target's options after its own and gets them as one checked `embedding`
     (keyword-only, None when none is given; vitcli.targets.parse_embedding_target refuses contradictions)."""
-    own = [
-        parameter
-        for parameter in inspect.signature(builder, eval_str=True).parameters.values()
-        if parameter.name != "embedding"
-    ]
-    signature = inspect.Signature(own + EMBEDDING_TARGET_OPTIONS, return_annotation=Any)
+    declared = inspect.signature(builder, eval_str=True)
+    own = [parameter for parameter in declared.parameters.values() if parameter.name != "embedding"]
+    signature = declared.replace(parameters=own + EMBEDDING_TARGET_OPTIONS)
 
     @functools.wraps(builder)
     def with_embedding(*arguments: Any, **options: Any) -> Any:
