@@ -11,8 +11,9 @@
     command = "attend"                    # spelled as on the command line (`top-k` or `top_k`)
     block = 4
 
-Experiment options are converted by the same click parameters as the command line, so a value the command would
-refuse is refused here, with its key path: "experiments[2].block: ...". Experiments count from 0.
+Experiment options are converted by click parameters built from the same declarations as the command line's (the
+builder's typed parameters, vitcli.declared_options), so a value the command would refuse is refused here, with its
+key path: "experiments[2].block: ...". Experiments count from 0.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitcli.declared_options import click_command, declared_options, reword_bad_value
 from vitcli.errors import UsageError
 from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
 from vitcli.jobs import Job
-from vitcli.options import SHARED_NAMES
+from vitcli.shared_options import SHARED_NAMES, shared_parameters
 
 TOP_LEVEL_KEYS = ("name", "images", "target", "model", "output", "experiments")
 MODEL_KEYS = {
@@ -142,7 +144,7 @@ def load_config(path: Path) -> RunConfig:
             model_options[key] = str(base / _string(model_options[key], f"model.{key}"))
     if "labels" in model_options:
         model_options["labels"] = _labels(model_options["labels"], base)
-    shared = _click_parameters("run")
+    shared = _parameters_declared(shared_parameters())
     model_options = {key: _convert(shared[key], value, f"model.{key}") for key, value in model_options.items()}
     output = _table(data, "output")
     _known(output, ("dir", "figures"), "output.")
@@ -222,18 +224,18 @@ def located(where: str, message: str) -> str:
 
 
 def _click_parameters(command: str) -> dict[str, Any]:
-    """The command's parameters as Typer built them for the command line."""
-    import typer.main
+    """The command's options, its own and the shared ones, as click parameters built as the command line builds them:
+    from the declarations of its builder's parameters and of the shared options."""
+    return _parameters_declared(declared_options(job_builder(command)) + shared_parameters())
 
-    from vitcli.commands import import_command_line
-    from vitcli.shell import app
 
-    import_command_line(command)
-    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    context = click_command.context_class(click_command)
-    for parameter in click_command.params:
+def _parameters_declared(declared: list[inspect.Parameter]) -> dict[str, Any]:
+    """The click parameters made of these declarations (vitcli.declared_options), each with its command's context."""
+    click_options = click_command(declared)
+    context = click_options.context_class(click_options)
+    for parameter in click_options.params:
         _OWNER_CONTEXT[id(parameter)] = context
-    return {parameter.name: parameter for parameter in click_command.params}
+    return {parameter.name: parameter for parameter in click_options.params}
 
 
 def _convert(parameter: Any, value: Any, where: str) -> Any:
@@ -255,8 +257,6 @@ def _convert(parameter: Any, value: Any, where: str) -> Any:
         converted = parameter.process_value(owner, value)
     except Exception as error:  # the command line's own BadParameter, whichever click Typer bundles
         import typer
-
-        from vitcli.shell import reword_bad_value
 
         if isinstance(error, typer.BadParameter):
             reword_bad_value(error)

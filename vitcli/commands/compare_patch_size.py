@@ -1,77 +1,29 @@
-"""`vitcli compare-patch-size`: the Typer command and its options; its Jobs and their builder are
-vitcli.jobs.compare_patch_size."""
+"""`vitcli compare-patch-size`: the Typer command; its options, Jobs and builder are vitcli.jobs.compare_patch_size."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
+from typing import Any
 
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
-from vitcli.jobs.compare_patch_size import MAX_IMAGE_SIZE, MAX_RUNS, PatchSizeJob, compare_patch_size_jobs
+from vitcli.jobs.compare_patch_size import PatchSizeJob, compare_patch_size_jobs
 from vitcli.naming import MODEL_SUBJECT
 from vitcli.shell import vitcli_command
 
 
 @vitcli_command(
     "compare-patch-size",
+    builder=compare_patch_size_jobs,
     examples=[
         "vitcli compare-patch-size",
         "vitcli compare-patch-size --patch-sizes 8,14,32 --pad --measure --device cpu",
         "vitcli compare-patch-size --adapt examples/images/newfoundland_31.jpg",
     ],
 )
-def compare_patch_size_command(
-    context: CommandContext,
-    patch_sizes: Annotated[
-        str,
-        typer.Option(
-            "--patch-sizes", "-p", help="Comma-separated patch sizes in pixels; the checkpoint's own is always added."
-        ),
-    ] = "8,16,32",
-    image_size: Annotated[
-        int | None,
-        typer.Option(
-            "--image-size",
-            min=1,
-            max=MAX_IMAGE_SIZE,
-            help="Image side in pixels (default: the checkpoint's, 224).",
-            show_default=False,
-        ),
-    ] = None,
-    pad: Annotated[
-        bool,
-        typer.Option(
-            "--pad",
-            help="Allow patch sizes that do not divide the image: zero-pad right and bottom as timm's dynamic_img_pad.",
-        ),
-    ] = False,
-    measure: Annotated[
-        bool,
-        typer.Option("--measure", help="Also time each variant (random init) on --device and measure its peak memory."),
-    ] = False,
-    runs: Annotated[
-        int,
-        typer.Option(
-            "--runs", min=1, max=MAX_RUNS, help="Timed forwards per variant with --measure (the median is shown)."
-        ),
-    ] = 10,
-    warmup: Annotated[
-        int, typer.Option("--warmup", min=0, max=MAX_RUNS, help="Untimed forwards before timing with --measure.")
-    ] = 2,
-    adapt: Annotated[
-        str | None,
-        typer.Option(
-            "--adapt",
-            metavar="IMAGE",
-            help="Resample the checkpoint to each patch size and run IMAGE (adapted, not retrained).",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
+def compare_patch_size_command(context: CommandContext, **options: Any) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
-    jobs = compare_patch_size_jobs(patch_sizes, image_size, pad, measure, runs, warmup, adapt)
+    jobs = compare_patch_size_jobs(**options)
+    adapt = options["adapt"]
     context.check(jobs)
     (job,) = jobs
     if job.added_native:

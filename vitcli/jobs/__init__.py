@@ -184,7 +184,9 @@ JOB_BUILDERS: dict[str, Callable[..., list[Job]]] = {}
 
 
 def builds_jobs(command: str) -> Callable[[Callable[..., list[Job]]], Callable[..., list[Job]]]:
-    """Register `function(**options) -> list[Job]` for `command`; its parameters are the command's own options."""
+    """Register `function(**options) -> list[Job]` for `command`; its parameters are the command's own options, each
+    declared once as `Annotated[T, typer.Option(...)]` for the command line, configs and the API
+    (vitcli.declared_options)."""
 
     def register(function: Callable[..., list[Job]]) -> Callable[..., list[Job]]:
         JOB_BUILDERS[command] = function

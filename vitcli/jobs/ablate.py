@@ -8,15 +8,17 @@ import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.naming import result_name, setting
 from vitcli.spec import ascii_number
 from vitcli.target_class import resolve_target_text
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 SUBLAYERS = ("attn", "mlp")
 
@@ -227,24 +229,44 @@ def _run_images(arguments: list[str] | None) -> list[Path]:
 
 
 @builds_jobs("ablate")
+@follows_embedding_target
 def ablate_jobs(
-    target: str | None = None,
-    heads: str | None = None,
-    blocks: str | None = None,
-    mode: str = "zero",
-    reference: Path | None = None,
+    target: TargetOption = None,
+    heads: Annotated[
+        str | None,
+        typer.Option(
+            help="Heads to ablate one at a time: all, or BLOCK.HEAD items from one (4.2,11.3). Default: all, "
+            "unless only --blocks is given.",
+            show_default=False,
+        ),
+    ] = None,
+    blocks: Annotated[
+        str | None,
+        typer.Option(
+            help="Whole sublayers to ablate one at a time: all, or BLOCK.attn / BLOCK.mlp items (4.attn,4.mlp).",
+            show_default=False,
+        ),
+    ] = None,
+    mode: Annotated[
+        Mode,
+        typer.Option(
+            help="zero: the output becomes 0; mean: its mean over the reference images, token by token; resample: "
+            "its value on one reference image (the first, by path, that is not the image itself)."
+        ),
+    ] = Mode.zero,
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            help="Images (a folder, file or glob) for --mode mean and resample. Default: this run's images.",
+            show_default=False,
+        ),
+    ] = None,
     run_images: list[str] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
     """run_images: the command line's images, the default reference of --mode mean and resample (a `vitcli run`
     config does not pass them: there the reference must be given)."""
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
     mode = str(mode)
     if mode not in {member.value for member in Mode}:
         raise UsageError(f"unknown --mode {mode!r}: choose one of {', '.join(member.value for member in Mode)}")

@@ -4,7 +4,9 @@ that the command, `vitcli run` configs and the Python API call."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
@@ -30,6 +32,7 @@ class Scale(StrEnum):
     zero = "zero"
 
 
+_ROLLOUT = "Rollout options"
 DEFAULT_TOP_K = 10
 
 
@@ -187,16 +190,61 @@ def _query_part(query: Any) -> str:
 
 @builds_jobs("attend")
 def attend_jobs(
-    view: View | str = View.map,
-    block: int | None = None,
-    head: int | None = None,
-    all_heads: bool = False,
-    query: str = "cls",
-    head_fusion: HeadFusion | str | None = None,
-    discard_ratio: float | None = None,
-    top_k: int | None = None,
-    scale: Scale | str = Scale.own,
-    pool: bool = False,
+    view: Annotated[
+        View,
+        typer.Option(
+            help="map: one block (--block) and head (--head or --all-heads); all-blocks: the query through every "
+            "block; summary: one row per block x head; rollout: attention rollout through every block."
+        ),
+    ] = View.map,
+    block: Annotated[int | None, typer.Option(help="Block, counted from 1 (--view map).", show_default=False)] = None,
+    head: Annotated[int | None, typer.Option(help="Head, counted from 1.", show_default=False)] = None,
+    all_heads: Annotated[
+        bool, typer.Option("--all-heads", help="Every head (--view map or all-blocks), on one common scale.")
+    ] = False,
+    query: Annotated[
+        str,
+        typer.Option(
+            help="Query token: a patch (74, P74), a zero-based grid position (r5c3), cls; 'all' with --view summary."
+        ),
+    ] = "cls",
+    head_fusion: Annotated[
+        HeadFusion | None,
+        typer.Option(help="How rollout fuses the heads (default mean).", show_default=False, rich_help_panel=_ROLLOUT),
+    ] = None,
+    discard_ratio: Annotated[
+        float | None,
+        typer.Option(
+            help="Rollout: share of each row's smallest entries set to 0, CLS kept (default 0).",
+            show_default=False,
+            rich_help_panel=_ROLLOUT,
+        ),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"How many top sources the table lists (default {DEFAULT_TOP_K}, or the model's tokens if fewer).",
+            show_default=False,
+        ),
+    ] = None,
+    scale: Annotated[
+        Scale,
+        typer.Option(
+            "--scale",
+            help="Colour range of the figures: own (each figure's smallest to largest patch value, so near-uniform "
+            "rows show their structure) or zero (from 0). The colour bar says which.",
+        ),
+    ] = Scale.own,
+    pool: Annotated[
+        bool,
+        typer.Option(
+            "--pool",
+            help="The attention pooling's attention (SigLIP's 'map' head) over the final rows, per head (--head "
+            "selects one; default every head).",
+        ),
+    ] = False,
 ) -> list[Job]:
     """Refuse options the view does not use (no model needed), then one job for the view."""
     views = [choice.value for choice in View]

@@ -4,20 +4,32 @@ that the command, `vitcli run` configs and the Python API call."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.naming import result_name, setting
 from vitcli.target_class import resolve_contrast, resolve_target_text, target_or_top1
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 
 class By(StrEnum):
     block = "block"
     head = "head"
     token = "token"
+
+
+ContrastOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contrast",
+        help="A second class: attribute the logit difference target - contrast (an index or a label).",
+        show_default=False,
+    ),
+]
 
 
 class AttributeJob(FollowsEmbedding, Job):
@@ -113,20 +125,24 @@ class AttributeJob(FollowsEmbedding, Job):
 
 
 @builds_jobs("attribute")
+@follows_embedding_target
 def attribute_jobs(
-    target: str | None = None,
-    contrast: str | None = None,
-    by: str = "block",
-    block: int | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    by: Annotated[
+        By,
+        typer.Option(
+            help="block: the embedding and each block's attention and MLP; head: every head (and each block's "
+            "attention bias); token: each source token through each head of --block."
+        ),
+    ] = By.block,
+    block: Annotated[
+        int | None,
+        typer.Option(help="The block (from 1) of --by token.", show_default=False),
+    ] = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
     by = str(by)
     if by not in {member.value for member in By}:
         raise UsageError(f"unknown --by {by!r}: choose one of {', '.join(member.value for member in By)}")

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import Job, Presentation, Steps, builds_jobs
@@ -80,6 +82,35 @@ class CompareJob(Job):
 
 
 @builds_jobs("compare")
-def compare_jobs(classes: list[str] | None = None, top_k: int | None = None, pairs: str | None = None) -> list[Job]:
+def compare_jobs(
+    classes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--class",
+            "-c",
+            help='Classes for the readout w_c . h + b_c: an index (283) or a label ("sports car"); repeatable '
+            "(default: each image's top-1).",
+            show_default=False,
+        ),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"Classes listed per image and readout (default {DEFAULT_TOP_K}, or the model's classes if fewer).",
+            show_default=False,
+        ),
+    ] = None,
+    pairs: Annotated[
+        str | None,
+        typer.Option(
+            "--pairs",
+            help="Pairs traced block by block besides A~B: letters or 1-based numbers joined by ~, comma-separated "
+            "(A~C,B~D or 1~3), or 'all'; at most 10 pairs. Every pair's final similarity is in the N x N matrix.",
+            show_default=False,
+        ),
+    ] = None,
+) -> list[Job]:
     """One CompareJob over all the images of a run (or of the command's arguments)."""
     return [CompareJob(classes, top_k, pairs)]

@@ -3,7 +3,9 @@ builder that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
@@ -105,13 +107,51 @@ class AdaptedPatchSizeJob(PatchSizeJob):
 
 @builds_jobs("compare-patch-size")
 def compare_patch_size_jobs(
-    patch_sizes: str = "8,16,32",
-    image_size: int | None = None,
-    pad: bool = False,
-    measure: bool = False,
-    runs: int = 10,
-    warmup: int = 2,
-    adapt: str | None = None,
+    patch_sizes: Annotated[
+        str,
+        typer.Option(
+            "--patch-sizes", "-p", help="Comma-separated patch sizes in pixels; the checkpoint's own is always added."
+        ),
+    ] = "8,16,32",
+    image_size: Annotated[
+        int | None,
+        typer.Option(
+            "--image-size",
+            min=1,
+            max=MAX_IMAGE_SIZE,
+            help="Image side in pixels (default: the checkpoint's, 224).",
+            show_default=False,
+        ),
+    ] = None,
+    pad: Annotated[
+        bool,
+        typer.Option(
+            "--pad",
+            help="Allow patch sizes that do not divide the image: zero-pad right and bottom as timm's dynamic_img_pad.",
+        ),
+    ] = False,
+    measure: Annotated[
+        bool,
+        typer.Option("--measure", help="Also time each variant (random init) on --device and measure its peak memory."),
+    ] = False,
+    runs: Annotated[
+        int,
+        typer.Option(
+            "--runs", min=1, max=MAX_RUNS, help="Timed forwards per variant with --measure (the median is shown)."
+        ),
+    ] = 10,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, max=MAX_RUNS, help="Untimed forwards before timing with --measure.")
+    ] = 2,
+    adapt: Annotated[
+        str | None,
+        typer.Option(
+            "--adapt",
+            metavar="IMAGE",
+            help="Resample the checkpoint to each patch size and run IMAGE (adapted, not retrained).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> list[Job]:
     """One job: about the model alone, or, with --adapt, about that image."""
     from vitcli.experiments.patch_size_variants import parse_patch_sizes

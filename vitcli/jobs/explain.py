@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.experiments.explain_options import (
@@ -29,14 +31,32 @@ from vitcli.explain_methods import (
     READS_BLOCK_METHODS,
 )
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.explain_options import audit_name_parts, audit_settings
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.explain_options import (
+    Baseline,
+    BaselineOption,
+    ContrastOption,
+    IgStepsOption,
+    MasksOption,
+    NoiseOption,
+    NoiseSeedOption,
+    RadiusOption,
+    RoadOption,
+    RobustnessOption,
+    SamplesOption,
+    SanityOption,
+    SanitySeedOption,
+    SanityThresholdOption,
+    audit_name_parts,
+    audit_settings,
+)
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.jobs.occlude import Fill
 from vitcli.naming import result_name, setting
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 from vitcli.target_class import resolve_contrast, resolve_target_text
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
+_FAITHFULNESS = "Faithfulness options"
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 
 # The command's choices, from the registry (vitcli.explain_methods); occlusion runs one forward per patch, so it is
@@ -255,37 +275,73 @@ class ExplainJob(FollowsEmbedding, Job):
 
 
 @builds_jobs("explain")
+@follows_embedding_target
 def explain_jobs(
-    method: list[str] | None = None,
-    target: str | None = None,
-    block: int | None = None,
-    fill: str = "gray",
-    faithfulness: bool = False,
-    steps: int | None = None,
-    random_orders: int = 5,
-    order_seed: int = 0,
-    contrast: str | None = None,
-    ig_steps: int = DEFAULT_IG_STEPS,
-    baseline: str = "gray",
-    samples: int = DEFAULT_SAMPLES,
-    noise: float = DEFAULT_NOISE,
-    noise_seed: int = 0,
-    masks: str | None = None,
-    robustness: bool = False,
-    radius: float = DEFAULT_RADIUS,
-    road: bool = False,
-    sanity: bool = False,
-    sanity_seed: int = 0,
-    sanity_threshold: float = DEFAULT_SANITY_THRESHOLD,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    method: Annotated[
+        list[Method] | None,
+        typer.Option(
+            "--method",
+            "-M",
+            help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
+            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch), ig (Integrated "
+            "Gradients), smoothgrad, gradient (gradient x input), dla (each patch's direct contribution through "
+            "every block's attention heads, attribute --by token summed), and two baselines that read no model: random "
+            "(uniform per patch, seeded by --noise-seed and the image) and edge (the input's Sobel magnitude); "
+            "repeatable. "
+            f"Default: {', '.join(DEFAULT_METHODS)}.",
+            show_default=False,
+        ),
+    ] = None,
+    target: TargetOption = None,
+    block: Annotated[
+        int | None,
+        typer.Option(
+            help="Block (from 1) whose norm1 output gradcam reads and whose attention `attention` shows. "
+            "Default: the last.",
+            show_default=False,
+        ),
+    ] = None,
+    fill: Annotated[
+        Fill,
+        typer.Option(help="What covered pixels become (occlusion and --faithfulness), as in the occlusion commands."),
+    ] = Fill.gray,
+    faithfulness: Annotated[
+        bool,
+        typer.Option(
+            "--faithfulness",
+            help="Deletion and insertion curves per map and their AUCs (trapezoidal over the fraction of patches "
+            "0..1, unperturbed point included; lower deletion and higher insertion AUC are better).",
+            rich_help_panel=_FAITHFULNESS,
+        ),
+    ] = False,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Points after the unperturbed one (default {DEFAULT_STEPS}, at most the patches).",
+            show_default=False,
+            rich_help_panel=_FAITHFULNESS,
+        ),
+    ] = None,
+    random_orders: Annotated[
+        int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
+    ] = 5,
+    order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
+    contrast: ContrastOption = None,
+    ig_steps: IgStepsOption = DEFAULT_IG_STEPS,
+    baseline: BaselineOption = Baseline.gray,
+    samples: SamplesOption = DEFAULT_SAMPLES,
+    noise: NoiseOption = DEFAULT_NOISE,
+    noise_seed: NoiseSeedOption = 0,
+    masks: MasksOption = None,
+    robustness: RobustnessOption = False,
+    radius: RadiusOption = DEFAULT_RADIUS,
+    road: RoadOption = False,
+    sanity: SanityOption = False,
+    sanity_seed: SanitySeedOption = 0,
+    sanity_threshold: SanityThresholdOption = DEFAULT_SANITY_THRESHOLD,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
     if embedding is not None and sanity:
         raise UsageError(
             f"--sanity compares the maps with those of a random other class; it does not apply to {embedding.option}"

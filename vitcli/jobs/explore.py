@@ -3,7 +3,9 @@ that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
@@ -84,5 +86,21 @@ def _blocks_part(blocks: list[int]) -> str:
 
 
 @builds_jobs("explore")
-def explore_jobs(blocks: str | None = None, explain: bool = False) -> list[Job]:
+def explore_jobs(
+    blocks: Annotated[
+        str | None,
+        typer.Option(
+            help="Blocks on the page: 4, 1-4, 1,6,12 or all (default: all, when they fit the page's bound of "
+            "2,000,000 attention values).",
+            show_default=False,
+        ),
+    ] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Also compute `vitcli explain`'s default maps (top-1 class) and offer them in the main panel.",
+        ),
+    ] = False,
+) -> list[Job]:
     return [ExploreJob(blocks, explain)]

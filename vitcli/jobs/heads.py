@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import Job, Presentation, builds_jobs
@@ -122,7 +124,24 @@ class HeadsJob(Job):
 
 
 @builds_jobs("heads")
-def heads_jobs(texts: str | None = None, blocks: int | None = None, k: int = DEFAULT_K) -> list[Job]:
+def heads_jobs(
+    texts: Annotated[
+        Path | None,
+        typer.Option("--texts", help="The text bank: a UTF-8 file, one text per line.", show_default=False),
+    ] = None,
+    blocks: Annotated[
+        int | None,
+        typer.Option(
+            "--blocks",
+            help=f"Describe the heads of this many last blocks (default {DEFAULT_BLOCKS} as in the paper, or all if "
+            "fewer).",
+            show_default=False,
+        ),
+    ] = None,
+    k: Annotated[
+        int, typer.Option("--k", help="Texts per head, chosen greedily by the variance they explain.")
+    ] = DEFAULT_K,
+) -> list[Job]:
     if texts is None:
         raise UsageError('heads needs a text bank: --texts FILE (`texts = "FILE"` in a config), one text per line')
     return [HeadsJob(texts, blocks, k)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.jobs.following import TargetOption
 from vitcli.naming import result_name, setting
 from vitcli.target_class import resolve_target_text
 
@@ -38,5 +39,5 @@ class LensJob(Job):
 
 
 @builds_jobs("lens")
-def lens_jobs(target: str | None = None) -> list[Job]:
+def lens_jobs(target: TargetOption = None) -> list[Job]:
     return [LensJob(target)]

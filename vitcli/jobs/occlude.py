@@ -4,13 +4,15 @@ presentation) and the builders that the commands, `vitcli run` configs and the P
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.naming import result_name, setting
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 
 class Fill(StrEnum):
@@ -19,6 +21,15 @@ class Fill(StrEnum):
     white = "white"
     mean = "mean"
     blur = "blur"
+
+
+FillOption = Annotated[
+    Fill,
+    typer.Option(
+        help="What covered pixels become: gray = the checkpoint's mean (normalized 0), black, white, "
+        "mean = this image's mean colour, blur = a Gaussian-blurred copy (sigma half a patch)."
+    ),
+]
 
 
 class OcclusionJob(FollowsEmbedding, Job):
@@ -136,34 +147,28 @@ def _fill(fill: Fill | str) -> Fill:
 
 
 @builds_jobs("occlude-quadrants")
+@follows_embedding_target
 def occlude_quadrants_jobs(
-    target: str | None = None,
-    fill: Fill | str = Fill.gray,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    fill: FillOption = Fill.gray,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
     return [OcclusionJob(target, _fill(fill), embedding)]
 
 
 @builds_jobs("occlude-patches")
+@follows_embedding_target
 def occlude_patches_jobs(
-    target: str | None = None,
-    fill: Fill | str = Fill.gray,
-    size: int | None = None,
-    stride: int | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    fill: FillOption = Fill.gray,
+    size: Annotated[
+        int | None, typer.Option(help="Cover side in pixels (default: the patch size).", show_default=False)
+    ] = None,
+    stride: Annotated[
+        int | None, typer.Option(help="Step between covers in pixels (default: the cover size).", show_default=False)
+    ] = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
     return [PatchOcclusionJob(target, _fill(fill), size, stride, embedding)]

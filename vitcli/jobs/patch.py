@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.target_class import resolve_target_text
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 
 class SiteKind(str, Enum):
@@ -179,18 +181,49 @@ class PatchIntoJob(PatchJob):
         )
 
 
+ContrastOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contrast",
+        help="The class subtracted in M = logit(target) - logit(contrast): an index or a label. Default: "
+        "CORRUPT's top-1, or its second when that is the target.",
+        show_default=False,
+    ),
+]
+
+SitesOption = Annotated[
+    list[SiteKind] | None,
+    typer.Option(
+        "--sites",
+        "-s",
+        help="Where to patch, repeatable: residual (one row entering a block; blocks x tokens forwards), "
+        "attention, mlp (a block's output), heads (one head's slice of attn.proj's input). Default: all four.",
+        show_default=False,
+    ),
+]
+
+MethodOption = Annotated[
+    list[Method] | None,
+    typer.Option(
+        "--method",
+        help="activation: one patched forward per site; attribution: the first-order estimate "
+        "(a_clean - a_corrupt) . dM/da from 2 forwards and 1 backward. Repeat for both (and their correlation). "
+        "Default: activation.",
+        show_default=False,
+    ),
+]
+
+
 @builds_jobs("patch")
+@follows_embedding_target
 def patch_jobs(
     corrupt: str | None = None,
-    target: str | None = None,
-    contrast: str | None = None,
-    sites: list[SiteKind] | None = None,
-    method: list[Method] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    sites: SitesOption = None,
+    method: MethodOption = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
     relative to its own folder). The command line's two-image form does not come through here."""
@@ -205,31 +238,23 @@ def patch_jobs(
         )
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
     return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
 
 
+@follows_embedding_target
 def patch_pair_job(
     pair: list[str] | None,
-    target: str | None = None,
-    contrast: str | None = None,
-    sites: list[SiteKind] | None = None,
-    method: list[Method] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    sites: SitesOption = None,
+    method: MethodOption = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> PatchJob:
     """The command line's form, `vitcli patch CLEAN CORRUPT` (and vitcli.patch): one PatchJob about the pair."""
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
     clean, _ = clean_and_corrupt(pair)
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
     return PatchJob(clean, target, contrast, chosen_sites, chosen_methods, embedding)
 
 

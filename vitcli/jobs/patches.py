@@ -3,7 +3,9 @@ that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
@@ -48,5 +50,13 @@ class PatchesJob(Job):
 
 
 @builds_jobs("patches")
-def patches_jobs(patch: list[str] | None = None, values: int = 8) -> list[Job]:
+def patches_jobs(
+    patch: Annotated[
+        list[str] | None,
+        typer.Option("--patch", "-p", help="Show this patch in full: 63, P63 or r4c6 (zero-based); repeatable."),
+    ] = None,
+    values: Annotated[
+        int, typer.Option("--values", min=1, help="Leading values shown per vector and CSV projection columns.")
+    ] = 8,
+) -> list[Job]:
     return [PatchesJob(patch, values)]

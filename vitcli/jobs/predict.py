@@ -3,7 +3,9 @@ that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
@@ -41,5 +43,15 @@ class PredictJob(Job):
 
 
 @builds_jobs("predict")
-def predict_jobs(top_k: int | None = None) -> list[Job]:
+def predict_jobs(
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"How many classes to list per image (default {DEFAULT_TOP_K}, or the model's classes if fewer).",
+            show_default=False,
+        ),
+    ] = None,
+) -> list[Job]:
     return [PredictJob(top_k)]

@@ -3,7 +3,9 @@ that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
@@ -69,7 +71,31 @@ class TraceJob(Job):
 
 
 @builds_jobs("trace")
-def trace_jobs(token: list[str] | None = None, blocks: list[str] | None = None, values: int = 3) -> list[Job]:
+def trace_jobs(
+    token: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--token",
+            "-t",
+            help="Rows followed in full: 0 or cls, 63, P63, r4c6 (zero-based), comma-separated or repeated "
+            "(default: CLS).",
+            show_default=False,
+        ),
+    ] = None,
+    blocks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--blocks",
+            "-b",
+            help="Blocks opened in full (one-based): 1, 1,12, 3-5, all or none (default: 1); the others get one "
+            "summary line each.",
+            show_default=False,
+        ),
+    ] = None,
+    values: Annotated[
+        int, typer.Option("--values", min=1, help="Leading values shown per vector (JSON keeps full rows).")
+    ] = 3,
+) -> list[Job]:
     if values < 1:
         raise UsageError(f"--values must be at least 1, not {values}")
     return [TraceJob(token, blocks, values)]
