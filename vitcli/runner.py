@@ -26,6 +26,7 @@ from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
     from vitcli.model import VitModel
+    from vitcli.session import UnloadedModel
 
 
 @dataclass
@@ -102,13 +103,14 @@ class Publisher:
         """Present and write one result, then print it. Presentation, figure and files are interruptible; only the
         store's swap into place and `then(paths, presentation)` (a batch run's record) hold signals back."""
         presentation = job.present(result)
+        provenance = job.provenance(self.provenance)
         document = {
-            "provenance": self.provenance,
+            "provenance": provenance,
             "subject": subject_json,
             "experiment": {"command": job.command, "name": job.name(), "settings": job.settings()},
             "result": presentation.document,
         }
-        rows = csv_rows(presentation.rows, subject_json, self.provenance, job.name())
+        rows = csv_rows(presentation.rows, subject_json, provenance, job.name())
         files: dict[str, Any] = {
             "json": json_text(document) + "\n",
             "csv": csv_text(rows),
@@ -117,7 +119,7 @@ class Publisher:
             files["png"] = _figure_writer(presentation.figure)
         for suffix, content in presentation.extra_files.items():
             if isinstance(content, list):
-                content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
+                content = csv_text(csv_rows(content, subject_json, provenance, job.name()))
             files[suffix] = content
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
         stored = None if then is None else lambda paths: then(paths, presentation)
@@ -125,7 +127,7 @@ class Publisher:
         if self.announce_files:
             self.messages.info("wrote " + ", ".join(str(path) for path in paths))
         if self.emitter.tidy_csv:
-            (prefix,) = csv_rows([{}], subject_json, self.provenance, job.name())
+            (prefix,) = csv_rows([{}], subject_json, provenance, job.name())
             rows = [{**prefix, "key": key, "value": value} for key, value in presentation.summary.items()]
         self.emitter.result(document, presentation.table, rows)
         return paths, presentation
@@ -146,7 +148,7 @@ def csv_rows(rows: Sequence[dict[str, Any]], subject: dict[str, Any] | None, pro
 class Runner:
     def __init__(
         self,
-        model: VitModel,
+        model: VitModel | UnloadedModel,
         publisher: Publisher,
         fail_fast: bool,
         skip: Callable[[str, str, Path | None], bool] | None = None,

@@ -81,6 +81,9 @@ class Job(ABC):
 
     command: ClassVar[str]  # the CLI command (and `vitcli run` experiment) that makes this job
     needs_classes: ClassVar[bool] = True  # refused on a model without a classifier head
+    # False: the result depends on the architecture alone, and a session without weights can compute it
+    # (vitcli.session.UnloadedModel); its files then say so in their provenance (`provenance`)
+    needs_weights: ClassVar[bool] = True
     # "image": computed per image; "model": once per run, about the model alone; "set": once per run, about all its
     # images together (statistics that no one image's result holds, such as CKA across the images)
     scope: ClassVar[str] = "image"
@@ -125,6 +128,11 @@ class Job(ABC):
         """The subject folder of a result of scope "model" that is about something besides the model (probe's data
         folder); None: `model`."""
         return None
+
+    def provenance(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The provenance of this job's files, given the run's (the loaded model, the command line): the run's, or,
+        for a result that needs no weights, what the result does depend on, whichever front end computed it."""
+        return run
 
     def attach(self, publisher: Any) -> None:  # noqa: B027  (most jobs keep nothing in the store)
         """The run's publisher, before compute_set, for a job that keeps a cache in the output store (heads' text
