@@ -288,3 +288,24 @@ def test_a_config_with_compare_patch_size_writes_the_commands_files(cli, workdir
         json.loads(single["json"].read_text())
     )
     assert ran["csv"].read_text() == single["csv"].read_text()
+
+
+def test_a_config_with_compare_reuses_the_images_its_per_image_experiments_prepared(
+    cli, workdir, photo, newfoundland, monkeypatch
+):
+    from vitcli.model import VitModel
+
+    images = [photo.absolute(), newfoundland.absolute()]
+    prepared: list[Path] = []
+    real_prepare = VitModel.prepare
+    monkeypatch.setattr(VitModel, "prepare", lambda self, path: prepared.append(path) or real_prepare(self, path))
+    config = write_config(workdir, images, COMPARE + '[[experiments]]\ncommand = "predict"\n')
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    assert sorted(prepared) == sorted(images)  # each decoded and preprocessed once, for predict and compare
+    name, single = the_commands_files(cli, workdir, images)
+    ran = result_files(workdir / "outputs" / "sets", name)
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()

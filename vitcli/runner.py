@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
-from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
+from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, SetImages, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
 from vitcli.output import Emitter, Messages, counted, csv_text, json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
-    from vitcli.model import VitModel
+    from vitcli.model import PreparedImage, VitModel
     from vitcli.session import UnloadedModel
 
 
@@ -164,6 +164,10 @@ class Runner:
         # True: a failure is raised as it came, not reported and passed over (one call of the Python API, a command
         # about one set of images: their caller reports the error itself)
         self.reraise = False
+        # The images that per-image jobs prepared, kept for a job about the set that holds them all at once
+        # (`keeps_prepared`, set by the session): such a job reads them instead of decoding them again.
+        self.keeps_prepared = False
+        self.prepared: dict[Path, PreparedImage] = {}
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
         steps = ProgressSteps(progress)
@@ -179,6 +183,8 @@ class Runner:
                 if progress is not None:
                     progress.advance(overall, len(jobs) - len(todo[path]))
             works, unreadable = self._prepare([path for path, pending in todo.items() if pending], report, steps)
+            if self.keeps_prepared:
+                self.prepared.update((path, work.image) for path, work in works)
             self._share_clean_forward(works, jobs)
             for path, work in works:
                 for job in todo[path]:
@@ -232,10 +238,11 @@ class Runner:
         subject = set_subject(paths)
         subject_json = {"images": [escaped_path(path) for path in paths]}
         steps = steps or ProgressSteps(progress)
+        images, self.prepared = SetImages(paths, self.prepared), {}
         for job in jobs:
             if self.publisher.keeps_caches:
                 job.attach(self.publisher)
-            compute = functools.partial(job.compute_set, self.model, list(paths), steps)
+            compute = functools.partial(job.compute_set, self.model, images, steps)
             self._compute_and_publish(job, compute, subject, subject_json, subject, report, job.subject_of)
 
     def _prepare(

@@ -77,6 +77,7 @@ class Session:
         by_scope: dict[str, list[Job]] = {"model": [], "image": [], "set": []}
         for job in jobs:
             by_scope[job.scope].append(job)
+        self.runner.keeps_prepared = any(job.holds_every_image for job in by_scope["set"])
         self.runner.run_once(by_scope["model"], report)
         if paths:  # counts the images even with no per-image job (a run's report says "N of M images done")
             self.runner.run(by_scope["image"], paths, report, progress if by_scope["image"] else None)

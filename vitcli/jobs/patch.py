@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.jobs import ImageWork, Job, Presentation, SetImages, builds_jobs
 from vitcli.jobs.following import FollowsEmbedding
 from vitcli.naming import image_subject, result_name, setting
 from vitcli.target_class import resolve_target_text
@@ -35,6 +35,7 @@ class PatchJob(FollowsEmbedding, Job):
 
     command = "patch"
     scope = "set"  # the pair (CLEAN, CORRUPT), in that order
+    holds_every_image = True  # both, of course
     partner_role = "clean"
     name_prefix = "from"
 
@@ -99,11 +100,11 @@ class PatchJob(FollowsEmbedding, Job):
         if count != 2:
             raise UsageError(f"patch needs exactly two images, CLEAN then CORRUPT; got {count}")
 
-    def compute_set(self, model: Any, paths: list[Path], steps: Any) -> Any:
+    def compute_set(self, model: Any, paths: SetImages, steps: Any) -> Any:
         """The pair as `vitcli patch CLEAN CORRUPT` runs it: `paths` are CLEAN (the job's partner) and CORRUPT."""
         from vitcli.experiments.patching import patch_images
 
-        clean, corrupt = (model.prepare(path) for path in paths)
+        clean, corrupt = (paths.prepare(model, path) for path in paths)
         return patch_images(
             model,
             clean,
