@@ -309,3 +309,70 @@ def test_a_config_with_compare_reuses_the_images_its_per_image_experiments_prepa
         json.loads(single["json"].read_text())
     )
     assert ran["csv"].read_text() == single["csv"].read_text()
+
+
+PAIR = """
+name = "pair"
+images = {images}
+[model]
+weights = "random"
+seed = 0
+device = "cpu"
+[[experiments]]
+command = "patch"
+clean = {clean}
+corrupt = {corrupt}
+sites = ["attention", "mlp"]
+method = ["activation", "attribution"]
+"""
+PAIR_ARGUMENTS = ["--sites", "attention", "--sites", "mlp", "--method", "activation", "--method", "attribution"]
+
+
+def test_a_config_with_the_patch_pair_writes_the_commands_files(cli, workdir, photo, newfoundland, persian):
+    """`clean` and `corrupt` name the command line's pair: computed once, whatever the run's images (here one
+    other image), and filed where `vitcli patch CLEAN CORRUPT` files it."""
+    clean, corrupt = photo.absolute(), newfoundland.absolute()
+    config = write_config(workdir, [persian], PAIR, clean=clean, corrupt=corrupt)
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    written = cli("patch", clean, corrupt, *RANDOM_CPU, *PAIR_ARGUMENTS, "--quiet", "-o", "single")
+    assert written.exit_code == 0, written.stderr
+    (document,) = (workdir / "single").rglob("patch-*.json")
+    single = result_files(workdir / "single", document.stem)
+    ran = result_files(workdir / "outputs" / "pair", document.stem)
+    assert ran["json"].parent.name == single["json"].parent.name  # the pair's folder, set-HASH
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()
+    manifest = json.loads((workdir / "outputs" / "pair" / "manifest.json").read_text())
+    assert [entry["experiment"] for entry in manifest["results"]] == [document.stem]
+
+
+def test_run_experiment_runs_the_patch_pair(model, cli, workdir, photo, newfoundland):
+    clean, corrupt = photo.absolute(), newfoundland.absolute()
+    result = vitcli.run_experiment("patch", model, clean=clean, corrupt=corrupt, sites="mlp")
+    assert result.to_dict() == vitcli.patch(model, clean, corrupt, sites="mlp").to_dict() | {
+        "provenance": result.to_dict()["provenance"]
+    }
+    assert result.to_dict()["subject"]["corrupt"]["path"] == str(corrupt)
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ('clean = "{clean}"', "patch in a config needs `corrupt = IMAGE`"),
+        ('clean = "{clean}"\ncorrupt = "{clean}"', "CLEAN and CORRUPT are the same image"),
+        ('clean = "nowhere.jpg"\ncorrupt = "{clean}"', "nowhere.jpg is not an image file"),
+    ],
+)
+def test_a_config_refuses_a_patch_pair_it_cannot_run(cli, workdir, photo, keys, message, monkeypatch):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    experiment = keys.format(clean=photo.absolute())
+    (workdir / "bad.toml").write_text(f'images = ["{photo}"]\n[[experiments]]\ncommand = "patch"\n{experiment}\n')
+    refused = cli("run", workdir / "bad.toml", *RANDOM_CPU)
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: experiments[0]") and message in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

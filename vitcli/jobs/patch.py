@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.jobs import ImageWork, Job, Presentation, SetImages, builds_jobs
+from vitcli.jobs import ImageWork, Job, Presentation, SetImages, Steps, builds_jobs
 from vitcli.jobs.following import FollowsEmbedding
-from vitcli.naming import image_subject, result_name, setting
+from vitcli.naming import image_subject, result_name, set_subject, setting
 from vitcli.target_class import resolve_target_text
 from vitcli.targets import EmbeddingTarget, parse_embedding_target
 
@@ -180,8 +180,39 @@ class PatchIntoJob(PatchJob):
         )
 
 
+class NamedPairJob(PatchJob):
+    """The command line's pair named in a `vitcli run` config (`clean` and `corrupt`) or the API: about its own two
+    images, not the run's, so computed once per run (scope "model", like probe's data folder) and filed where
+    `vitcli patch CLEAN CORRUPT` files it, in the pair's folder."""
+
+    scope = "model"
+
+    def __init__(
+        self,
+        clean: Path,
+        corrupt: Path,
+        target: str | None,
+        contrast: str | None,
+        sites: list[str],
+        methods: list[str],
+        embedding: EmbeddingTarget | None = None,
+    ):
+        super().__init__(clean, target, contrast, sites, methods, embedding)
+        self.corrupt = corrupt
+
+    def check_images(self, count: int) -> None:
+        """Any number of images: the run's images are not its pair."""
+
+    def once_subject(self) -> str | None:
+        return set_subject([self.partner, self.corrupt])
+
+    def compute_once(self, model: Any) -> Any:
+        return self.compute_set(model, SetImages([self.partner, self.corrupt]), Steps())
+
+
 @builds_jobs("patch")
 def patch_jobs(
+    clean: str | None = None,
     corrupt: str | None = None,
     target: str | None = None,
     contrast: str | None = None,
@@ -194,22 +225,24 @@ def patch_jobs(
     contrast_text: str | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
-    relative to its own folder). The command line's two-image form does not come through here."""
+    relative to its own folder); with `clean` as well, the command line's pair, once (NamedPairJob)."""
     if corrupt is None:
         raise UsageError(
             "patch in a config needs `corrupt = IMAGE`: the one CORRUPT image every image of the run (each a CLEAN) "
             "is patched into"
         )
-    if not Path(corrupt).is_file():
-        raise UsageError(
-            f"corrupt {corrupt} is not an image file (patch takes one CORRUPT image: not a folder or a glob)"
-        )
-    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
-    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
+    for role, path in (("clean", clean), ("corrupt", corrupt)):
+        if path is not None and not Path(path).is_file():
+            raise UsageError(
+                f"{role} {path} is not an image file (patch takes one {role.upper()} image: not a folder or a glob)"
+            )
     embedding = parse_embedding_target(
         target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
     )
-    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
+    chosen = (*_chosen(sites, method), embedding)
+    if clean is not None:
+        return [NamedPairJob(*clean_and_corrupt([clean, corrupt]), target, contrast, *chosen)]
+    return [PatchIntoJob(Path(corrupt), target, contrast, *chosen)]
 
 
 def patch_pair_job(
@@ -225,13 +258,18 @@ def patch_pair_job(
     contrast_text: str | None = None,
 ) -> PatchJob:
     """The command line's form, `vitcli patch CLEAN CORRUPT` (and vitcli.patch): one PatchJob about the pair."""
-    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
-    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
     clean, _ = clean_and_corrupt(pair)
     embedding = parse_embedding_target(
         target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
     )
-    return PatchJob(clean, target, contrast, chosen_sites, chosen_methods, embedding)
+    return PatchJob(clean, target, contrast, *_chosen(sites, method), embedding)
+
+
+def _chosen(sites: list[SiteKind] | None, method: list[Method] | None) -> tuple[list[str], list[str]]:
+    """The sites and methods asked for as text, or the defaults: every site, activation patching."""
+    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
+    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
+    return chosen_sites, chosen_methods
 
 
 def clean_and_corrupt(arguments: list[str] | None) -> tuple[Path, Path]:
