@@ -33,10 +33,6 @@ class UnloadedModel:
     device: Any  # torch.device
     batch_size: int
 
-    @property
-    def name(self) -> str:
-        return self.spec.model_name
-
 
 class Session:
     """Runs Jobs on one model and publishes their results through one publisher.
