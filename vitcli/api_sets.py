@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from vitcli.jobs import Job
     from vitcli.model import VitModel
 
-__all__ = ["anatomy", "compare", "heads", "patch", "probe"]
+__all__ = ["anatomy", "compare", "compare_patch_size", "heads", "patch", "probe"]
 
 
 def anatomy(
@@ -63,6 +63,25 @@ def compare(model: VitModel, images: str | Path | list[str | Path], **options: A
     """`vitcli compare`: two or more images side by side (`images`: files, folders or globs, in order: the first is
     A, the second B). Options: classes (indices or labels, one or a list), top_k, pairs ("A~C,B~D", "all")."""
     return _over_images("compare", model, images, options)
+
+
+def compare_patch_size(model: VitModel, adapt: str | Path | None = None, **options: Any) -> Result:
+    """`vitcli compare-patch-size`: the model's architecture at several patch sizes, counted (its weights are not
+    read: the files are the command's, which loads none). Options: patch_sizes ("8,16,32"), image_size, pad, measure,
+    runs, warmup; `adapt`, an image: the checkpoint resampled to each patch size and run on it (--adapt IMAGE)."""
+    from vitcli.context import check_jobs
+    from vitcli.job_registry import job_builder
+
+    check_model(model)
+    if adapt is not None and not isinstance(adapt, (str, os.PathLike)):
+        raise UsageError(f"adapt must be the path of an image file (a str or pathlib.Path), not {adapt!r}")
+    builder = job_builder("compare-patch-size")
+    (job,) = builder(
+        **command_options("compare-patch-size", builder, options), adapt=None if adapt is None else str(adapt)
+    )
+    check_jobs(architecture_of(model), [job])
+    call = call_text("compare-patch-size", None, options if adapt is None else {"adapt": str(adapt), **options})
+    return compute_and_publish(job, model, adapt, call)
 
 
 def patch(model: VitModel, clean: str | Path, corrupt: str | Path, **options: Any) -> Result:

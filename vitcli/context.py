@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from vitcli.architecture import Architecture
     from vitcli.model import VitModel
     from vitcli.runner import Publisher, Report
-    from vitcli.session import Session
+    from vitcli.session import Session, UnloadedModel
 
 DEFAULT_OUTPUT = Path("outputs")
 
@@ -153,21 +153,23 @@ class CommandContext:
         publisher.figures = self.figures
         return publisher
 
-    def session(self, model: VitModel, reraise: bool = False) -> Session:
-        """A session on `model` publishing into the output folder (vitcli.session)."""
-        from vitcli.session import Session
+    def unloaded_model(self) -> UnloadedModel:
+        """The model as jobs that need no weights read it: the spec, and the device and batch size that `model()`
+        would load it with."""
+        from vitcli.loading import default_batch_size, resolve_device
+        from vitcli.session import UnloadedModel
 
-        return Session(model, self.publisher(self.provenance(model)), self.fail_fast, reraise=reraise)
+        device = resolve_device(self.device)
+        return UnloadedModel(self.spec, device, self.batch_size or default_batch_size(device))
 
-    def publish(
-        self, results: Sequence[tuple[Job, Any, str, dict[str, Any] | None]], provenance: dict[str, Any]
-    ) -> None:
-        """For commands whose results are not one per image (image sets, the model alone): publish each
-        (job, result, subject folder, subject JSON) through the store and the emitter, then close the output."""
-        publisher = self.publisher(provenance)
-        for job, result, subject, subject_json in results:
-            publisher.publish(subject, subject_json, job, result)
-        self.emitter.finish()
+    def session(self, model: VitModel | UnloadedModel, reraise: bool = False) -> Session:
+        """A session on `model` publishing into the output folder (vitcli.session). An unloaded model's session
+        runs only jobs that need no weights, whose files carry their own provenance (`Job.provenance`)."""
+        from vitcli.session import Session, UnloadedModel
+
+        loaded = not isinstance(model, UnloadedModel)
+        provenance = self.provenance(model) if loaded else {"command": self.command_line}
+        return Session(model, self.publisher(provenance), self.fail_fast, reraise=reraise)
 
     def run(self, jobs: Sequence[Job], arguments: Sequence[str] | None) -> Report:
         """The whole life of an image command: check, load once, run every job on every image, count, exit status."""

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
-from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
+from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, SetImages, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
 from vitcli.output import Emitter, Messages, counted, csv_text, json_text
 from vitcli.store import OutputStore, ResultFiles, StoreError
 
 if TYPE_CHECKING:
-    from vitcli.model import VitModel
+    from vitcli.model import PreparedImage, VitModel
+    from vitcli.session import UnloadedModel
 
 
 @dataclass
@@ -102,13 +103,14 @@ class Publisher:
         """Present and write one result, then print it. Presentation, figure and files are interruptible; only the
         store's swap into place and `then(paths, presentation)` (a batch run's record) hold signals back."""
         presentation = job.present(result)
+        provenance = job.provenance(self.provenance)
         document = {
-            "provenance": self.provenance,
+            "provenance": provenance,
             "subject": subject_json,
             "experiment": {"command": job.command, "name": job.name(), "settings": job.settings()},
             "result": presentation.document,
         }
-        rows = csv_rows(presentation.rows, subject_json, self.provenance, job.name())
+        rows = csv_rows(presentation.rows, subject_json, provenance, job.name())
         files: dict[str, Any] = {
             "json": json_text(document) + "\n",
             "csv": csv_text(rows),
@@ -117,7 +119,7 @@ class Publisher:
             files["png"] = _figure_writer(presentation.figure)
         for suffix, content in presentation.extra_files.items():
             if isinstance(content, list):
-                content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
+                content = csv_text(csv_rows(content, subject_json, provenance, job.name()))
             files[suffix] = content
         record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
         stored = None if then is None else lambda paths: then(paths, presentation)
@@ -125,7 +127,7 @@ class Publisher:
         if self.announce_files:
             self.messages.info("wrote " + ", ".join(str(path) for path in paths))
         if self.emitter.tidy_csv:
-            (prefix,) = csv_rows([{}], subject_json, self.provenance, job.name())
+            (prefix,) = csv_rows([{}], subject_json, provenance, job.name())
             rows = [{**prefix, "key": key, "value": value} for key, value in presentation.summary.items()]
         self.emitter.result(document, presentation.table, rows)
         return paths, presentation
@@ -146,7 +148,7 @@ def csv_rows(rows: Sequence[dict[str, Any]], subject: dict[str, Any] | None, pro
 class Runner:
     def __init__(
         self,
-        model: VitModel,
+        model: VitModel | UnloadedModel,
         publisher: Publisher,
         fail_fast: bool,
         skip: Callable[[str, str, Path | None], bool] | None = None,
@@ -162,6 +164,10 @@ class Runner:
         # True: a failure is raised as it came, not reported and passed over (one call of the Python API, a command
         # about one set of images: their caller reports the error itself)
         self.reraise = False
+        # The images that per-image jobs prepared, kept for a job about the set that holds them all at once
+        # (`keeps_prepared`, set by the session): such a job reads them instead of decoding them again.
+        self.keeps_prepared = False
+        self.prepared: dict[Path, PreparedImage] = {}
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
         steps = ProgressSteps(progress)
@@ -177,6 +183,8 @@ class Runner:
                 if progress is not None:
                     progress.advance(overall, len(jobs) - len(todo[path]))
             works, unreadable = self._prepare([path for path, pending in todo.items() if pending], report, steps)
+            if self.keeps_prepared:
+                self.prepared.update((path, work.image) for path, work in works)
             self._share_clean_forward(works, jobs)
             for path, work in works:
                 for job in todo[path]:
@@ -230,10 +238,11 @@ class Runner:
         subject = set_subject(paths)
         subject_json = {"images": [escaped_path(path) for path in paths]}
         steps = steps or ProgressSteps(progress)
+        images, self.prepared = SetImages(paths, self.prepared), {}
         for job in jobs:
             if self.publisher.keeps_caches:
                 job.attach(self.publisher)
-            compute = functools.partial(job.compute_set, self.model, list(paths), steps)
+            compute = functools.partial(job.compute_set, self.model, images, steps)
             self._compute_and_publish(job, compute, subject, subject_json, subject, report, job.subject_of)
 
     def _prepare(

@@ -49,9 +49,9 @@ MODEL_KEYS = {
     "batch_size": "batch_size",
 }
 # Experiment options naming files or folders (globs for reference): read relative to the config file, like `images`.
-# `corrupt` (patch's one CORRUPT image) has no command-line option: there CORRUPT is the second argument. `data_dir`
-# is probe's DATA_DIR argument.
-PATH_OPTIONS = ("masks", "reference", "corrupt", "target_image", "target_direction", "texts", "data_dir")
+# `corrupt` (patch's one CORRUPT image) and `clean` (with `corrupt`, the command line's pair) have no command-line
+# option: there they are the two arguments. `data_dir` is probe's DATA_DIR argument.
+PATH_OPTIONS = ("masks", "reference", "clean", "corrupt", "target_image", "target_direction", "texts", "data_dir")
 _OWNER_CONTEXT: dict[int, Any] = {}  # parameter -> a context of its command, which conversion needs
 _OPTION_IN_MESSAGE = re.compile(r"--([a-z][a-z0-9-]*)")
 

@@ -6,8 +6,7 @@ from typing import Any
 
 from vitcli.context import CommandContext
 from vitcli.errors import UsageError
-from vitcli.jobs.compare_patch_size import PatchSizeJob, compare_patch_size_jobs
-from vitcli.naming import MODEL_SUBJECT
+from vitcli.jobs.compare_patch_size import compare_patch_size_jobs
 from vitcli.shell import vitcli_command
 
 
@@ -22,6 +21,8 @@ from vitcli.shell import vitcli_command
 )
 def compare_patch_size_command(context: CommandContext, **options: Any) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
+    from vitcli.runner import Report
+
     jobs = compare_patch_size_jobs(**options)
     adapt = options["adapt"]
     context.check(jobs)
@@ -38,22 +39,7 @@ def compare_patch_size_command(context: CommandContext, **options: Any) -> None:
         return
     if context.spec.random or context.spec.checkpoint is not None:
         context.messages.info("the counts need no weights: --weights and --checkpoint are used only with --adapt")
-    _count_without_weights(context, job)
-
-
-def _count_without_weights(context: CommandContext, job: PatchSizeJob) -> None:
-    """The comparison about the model alone, computed without loading weights and published under `model`."""
-    from vitcli.experiments.patch_size import ARCHITECTURE_ONLY, compare_patch_sizes
-    from vitcli.loading import default_batch_size, resolve_device
-    from vitcli.presentation.patch_size import dimensions_provenance
-
-    device = resolve_device(context.device)
-    settings = job.measure_settings(device, context.batch_size or default_batch_size(device), context.spec.seed)
-    result = compare_patch_sizes(job.variants, settings, progress=context.messages.info)
-    provenance = {
-        **dimensions_provenance(job.dimensions),
-        "weights_label": ARCHITECTURE_ONLY,
-        "command": context.command_line,
-        "comparison": result.note,
-    }
-    context.publish([(job, result, MODEL_SUBJECT, None)], provenance)
+    job.progress = context.messages.info
+    # One result about the architecture, computed without weights: a failure ends the command with its own message.
+    context.session(context.unloaded_model(), reraise=True).run(jobs, [], Report())
+    context.emitter.finish()

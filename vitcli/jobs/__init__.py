@@ -10,7 +10,7 @@ emitter (stdout). Nothing here imports torch.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -76,14 +76,35 @@ class ImageWork:
         return self.clean
 
 
+class SetImages(list):  # list[Path]: the jobs about a set read it as the list of its paths
+    """The images of a job about the images together, in the run's order, with those that the run's per-image jobs
+    already decoded and preprocessed (kept only for a job that holds every image at once, `Job.holds_every_image`)."""
+
+    def __init__(self, paths: Iterable[Path], prepared: Mapping[Path, PreparedImage] | None = None):
+        super().__init__(paths)
+        self.prepared = dict(prepared or {})
+
+    def prepare(self, model: VitModel, path: Path) -> PreparedImage:
+        """`model.prepare(path)`, or the image the run already prepared from the same file."""
+        kept = self.prepared.get(path)
+        return kept if kept is not None else model.prepare(path)
+
+
 class Job(ABC):
     """One experiment with its settings, runnable on any number of images."""
 
     command: ClassVar[str]  # the CLI command (and `vitcli run` experiment) that makes this job
     needs_classes: ClassVar[bool] = True  # refused on a model without a classifier head
+    # False: the result depends on the architecture alone, and a session without weights can compute it
+    # (vitcli.session.UnloadedModel); its files then say so in their provenance (`provenance`)
+    needs_weights: ClassVar[bool] = True
     # "image": computed per image; "model": once per run, about the model alone; "set": once per run, about all its
     # images together (statistics that no one image's result holds, such as CKA across the images)
     scope: ClassVar[str] = "image"
+    # A job of scope "set" whose compute_set holds every image's preparation at once (compare): the runner keeps the
+    # images that the run's per-image jobs prepared and hands them over (SetImages.prepare) instead of decoding them
+    # again. The others stream through any number of images and decode each as they go.
+    holds_every_image: ClassVar[bool] = False
 
     @abstractmethod
     def name(self) -> str:
@@ -112,7 +133,7 @@ class Job(ABC):
         """The typed result about the model alone (jobs of scope "model"), for `vitcli run`."""
         raise NotImplementedError(f"{self.command} computes per image")
 
-    def compute_set(self, model: VitModel, paths: list[Path], steps: Steps) -> Any:
+    def compute_set(self, model: VitModel, paths: SetImages, steps: Steps) -> Any:
         """The typed result about the run's images together (jobs of scope "set")."""
         raise NotImplementedError(f"{self.command} does not compute over a set of images")
 
@@ -125,6 +146,11 @@ class Job(ABC):
         """The subject folder of a result of scope "model" that is about something besides the model (probe's data
         folder); None: `model`."""
         return None
+
+    def provenance(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The provenance of this job's files, given the run's (the loaded model, the command line): the run's, or,
+        for a result that needs no weights, what the result does depend on, whichever front end computed it."""
+        return run
 
     def attach(self, publisher: Any) -> None:  # noqa: B027  (most jobs keep nothing in the store)
         """The run's publisher, before compute_set, for a job that keeps a cache in the output store (heads' text

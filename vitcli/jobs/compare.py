@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from vitcli.errors import UsageError
-from vitcli.jobs import Job, Presentation, Steps, builds_jobs
+from vitcli.jobs import Job, Presentation, SetImages, Steps, builds_jobs
 from vitcli.naming import result_name, setting
 from vitcli.spec import fitted_count
 
@@ -22,6 +21,7 @@ class CompareJob(Job):
 
     command = "compare"
     scope = "set"
+    holds_every_image = True
 
     def __init__(self, classes: list[str] | None = None, top_k: int | None = None, pairs: str | None = None):
         self.class_texts = list(classes or [])
@@ -65,10 +65,10 @@ class CompareJob(Job):
 
         return f"{letter(pair[0])}{joint}{letter(pair[1])}"
 
-    def compute_set(self, model: Any, paths: list[Path], steps: Steps) -> Any:
+    def compute_set(self, model: Any, paths: SetImages, steps: Steps) -> Any:
         from vitcli.experiments.compare import compare_images
 
-        prepared = [model.prepare(path) for path in paths]
+        prepared = [paths.prepare(model, path) for path in paths]
         return compare_images(model, prepared, self.classes, self.top_k, self.pairs)
 
     def subject_of(self, result: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@ builder that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -23,6 +24,7 @@ class PatchSizeJob(Job):
 
     command = "compare-patch-size"
     needs_classes = False
+    needs_weights = False  # random-init variants on the meta device (counts) or on the device (--measure)
     scope = "model"
 
     def __init__(
@@ -33,6 +35,7 @@ class PatchSizeJob(Job):
         self.measure, self.runs, self.warmup = measure, runs, warmup
         self.variants: list[Any] = []  # experiments.patch_size_variants.Variant, smallest patch first
         self.dimensions: Any = None  # experiments.patch_size_variants.Dimensions
+        self.progress: Callable[[str], None] = lambda text: None  # "counting patch 8 ...": the command's stderr
 
     def check(self, architecture: Any) -> None:
         from vitcli.experiments.patch_size_variants import plan_variants, read_dimensions
@@ -73,11 +76,24 @@ class PatchSizeJob(Job):
         return MeasureSettings(device, batch_size, self.runs, self.warmup, seed) if self.measure else None
 
     def compute_once(self, model: Any) -> Any:
+        """`model`: a loaded VitModel or a session's UnloadedModel; only its device, batch size and seed are read."""
         from vitcli.experiments.patch_size import compare_patch_sizes
 
-        return compare_patch_sizes(
-            self.variants, self.measure_settings(model.device, model.batch_size, model.spec.seed)
-        )
+        settings = self.measure_settings(model.device, model.batch_size, model.spec.seed)
+        return compare_patch_sizes(self.variants, settings, progress=self.progress)
+
+    def provenance(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The architecture and the software versions, not the weights (none are read): the same from the command,
+        which loads none, as from a `vitcli run` or the API, which have them loaded."""
+        from vitcli.experiments.patch_size import ARCHITECTURE_ONLY, comparison_note
+        from vitcli.presentation.patch_size import dimensions_provenance
+
+        return {
+            **dimensions_provenance(self.dimensions),
+            "weights_label": ARCHITECTURE_ONLY,
+            "command": run["command"],
+            "comparison": comparison_note(self.dimensions.native_patch),
+        }
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import patch_size as view
@@ -89,10 +105,15 @@ class AdaptedPatchSizeJob(PatchSizeJob):
     """The same comparison with the checkpoint itself resampled to each patch size and run on one image."""
 
     needs_classes = True
+    needs_weights = True
     scope = "image"
 
     def uses(self) -> tuple[str, ...]:
         return ("compare-patch-size --adapt",)
+
+    def provenance(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The loaded checkpoint's, which the adapted predictions depend on."""
+        return run
 
     def name(self) -> str:
         return result_name(super().name(), "adapted")

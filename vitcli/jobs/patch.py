@@ -11,9 +11,9 @@ from typing import Annotated, Any
 import typer
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.jobs import ImageWork, Job, Presentation, SetImages, Steps, builds_jobs
 from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
-from vitcli.naming import image_subject, result_name, setting
+from vitcli.naming import image_subject, result_name, set_subject, setting
 from vitcli.target_class import resolve_target_text
 from vitcli.targets import EmbeddingTarget
 
@@ -37,6 +37,7 @@ class PatchJob(FollowsEmbedding, Job):
 
     command = "patch"
     scope = "set"  # the pair (CLEAN, CORRUPT), in that order
+    holds_every_image = True  # both, of course
     partner_role = "clean"
     name_prefix = "from"
 
@@ -101,11 +102,11 @@ class PatchJob(FollowsEmbedding, Job):
         if count != 2:
             raise UsageError(f"patch needs exactly two images, CLEAN then CORRUPT; got {count}")
 
-    def compute_set(self, model: Any, paths: list[Path], steps: Any) -> Any:
+    def compute_set(self, model: Any, paths: SetImages, steps: Any) -> Any:
         """The pair as `vitcli patch CLEAN CORRUPT` runs it: `paths` are CLEAN (the job's partner) and CORRUPT."""
         from vitcli.experiments.patching import patch_images
 
-        clean, corrupt = (model.prepare(path) for path in paths)
+        clean, corrupt = (paths.prepare(model, path) for path in paths)
         return patch_images(
             model,
             clean,
@@ -214,9 +215,40 @@ MethodOption = Annotated[
 ]
 
 
+class NamedPairJob(PatchJob):
+    """The command line's pair named in a `vitcli run` config (`clean` and `corrupt`) or the API: about its own two
+    images, not the run's, so computed once per run (scope "model", like probe's data folder) and filed where
+    `vitcli patch CLEAN CORRUPT` files it, in the pair's folder."""
+
+    scope = "model"
+
+    def __init__(
+        self,
+        clean: Path,
+        corrupt: Path,
+        target: str | None,
+        contrast: str | None,
+        sites: list[str],
+        methods: list[str],
+        embedding: EmbeddingTarget | None = None,
+    ):
+        super().__init__(clean, target, contrast, sites, methods, embedding)
+        self.corrupt = corrupt
+
+    def check_images(self, count: int) -> None:
+        """Any number of images: the run's images are not its pair."""
+
+    def once_subject(self) -> str | None:
+        return set_subject([self.partner, self.corrupt])
+
+    def compute_once(self, model: Any) -> Any:
+        return self.compute_set(model, SetImages([self.partner, self.corrupt]), Steps())
+
+
 @builds_jobs("patch")
 @follows_embedding_target
 def patch_jobs(
+    clean: str | None = None,
     corrupt: str | None = None,
     target: TargetOption = None,
     contrast: ContrastOption = None,
@@ -226,19 +258,21 @@ def patch_jobs(
     embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
-    relative to its own folder). The command line's two-image form does not come through here."""
+    relative to its own folder); with `clean` as well, the command line's pair, once (NamedPairJob)."""
     if corrupt is None:
         raise UsageError(
             "patch in a config needs `corrupt = IMAGE`: the one CORRUPT image every image of the run (each a CLEAN) "
             "is patched into"
         )
-    if not Path(corrupt).is_file():
-        raise UsageError(
-            f"corrupt {corrupt} is not an image file (patch takes one CORRUPT image: not a folder or a glob)"
-        )
-    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
-    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
+    for role, path in (("clean", clean), ("corrupt", corrupt)):
+        if path is not None and not Path(path).is_file():
+            raise UsageError(
+                f"{role} {path} is not an image file (patch takes one {role.upper()} image: not a folder or a glob)"
+            )
+    chosen = (*_chosen(sites, method), embedding)
+    if clean is not None:
+        return [NamedPairJob(*clean_and_corrupt([clean, corrupt]), target, contrast, *chosen)]
+    return [PatchIntoJob(Path(corrupt), target, contrast, *chosen)]
 
 
 @follows_embedding_target
@@ -252,10 +286,15 @@ def patch_pair_job(
     embedding: EmbeddingTarget | None = None,
 ) -> PatchJob:
     """The command line's form, `vitcli patch CLEAN CORRUPT` (and vitcli.patch): one PatchJob about the pair."""
+    clean, _ = clean_and_corrupt(pair)
+    return PatchJob(clean, target, contrast, *_chosen(sites, method), embedding)
+
+
+def _chosen(sites: list[SiteKind] | None, method: list[Method] | None) -> tuple[list[str], list[str]]:
+    """The sites and methods asked for as text, or the defaults: every site, activation patching."""
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    clean, _ = clean_and_corrupt(pair)
-    return PatchJob(clean, target, contrast, chosen_sites, chosen_methods, embedding)
+    return chosen_sites, chosen_methods
 
 
 def clean_and_corrupt(arguments: list[str] | None) -> tuple[Path, Path]:
