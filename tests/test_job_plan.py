@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES
 from vitcli.errors import UsageError
+
+from conftest import EXAMPLES
 
 
 def builds(tmp_path: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -30,7 +31,7 @@ def builds(tmp_path: Path) -> list[tuple[str, dict[str, Any]]]:
         ("ablate", {"blocks": "all", "heads": "all"}),
         ("anatomy", {}),
         ("anatomy", {"view": ["cka", "norms"]}),
-        ("attend", {}),
+        ("attend", {"block": 4, "all_heads": True}),
         ("attend", {"view": "all-blocks", "head": 1}),
         ("attend", {"view": "summary", "query": "all"}),
         ("attend", {"view": "rollout", "query": "5", "top_k": 3}),
@@ -96,15 +97,18 @@ def test_planning_changes_nothing_and_plans_alike_twice(tmp_path, architectures)
             assert state(job) == before, f"{command} {options}: plan() changed the job it was called on"
             second = job.plan(tiny)
             assert state(job) == before, f"{command} {options}: planning again changed the job"
-            assert first.name() == second.name(), (command, options)
-            assert first.settings() == second.settings(), (command, options)
-            assert first.plan(tiny).name() == first.name(), f"{command}: a planned job plans to the same"
-            for count in (2, 3):
+            planned = state(first)
+            for count in (1, 2, 3):
                 try:
                     first.check_images(count)
                 except UsageError:
                     pass
-            assert state(job) == before, f"{command} {options}: check_images changed the job"
+            assert state(first) == planned, f"{command} {options}: check_images changed the job"
+            first, second = first.plan_images(3), second.plan_images(3)
+            assert state(job) == before and state(job.plan(tiny)) == planned, (command, options)
+            assert first.name() == second.name(), (command, options)
+            assert first.settings() == second.settings(), (command, options)
+            assert first.plan(tiny).plan_images(3).name() == first.name(), f"{command}: a planned job plans alike"
 
 
 def test_a_job_with_nothing_to_resolve_plans_to_itself(tmp_path, architectures):

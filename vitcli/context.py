@@ -94,9 +94,9 @@ class CommandContext:
 
         return describe(self.spec)
 
-    def check(self, jobs: Sequence[Job]) -> None:
-        """Every job's usage checks against the architecture, before any weights load."""
-        check_jobs(self.architecture, jobs)
+    def plan(self, jobs: Sequence[Job]) -> list[Job]:
+        """Every job planned against the architecture (its usage checks), before any weights load."""
+        return plan_jobs(self.architecture, jobs)
 
     @property
     def command_line(self) -> str:
@@ -170,11 +170,11 @@ class CommandContext:
         self.emitter.finish()
 
     def run(self, jobs: Sequence[Job], arguments: Sequence[str] | None) -> Report:
-        """The whole life of an image command: check, load once, run every job on every image, count, exit status."""
+        """The whole life of an image command: plan, load once, run every job on every image, count, exit status."""
         from vitcli.runner import Report, progress_display
         from vitcli.targets import bind_targets
 
-        self.check(jobs)
+        jobs = self.plan(jobs)
         report = Report()
         paths = self.images(arguments, report)
         if paths:
@@ -198,18 +198,21 @@ class CommandContext:
         return not self.quiet and sys.stderr.isatty() and images > 0
 
 
-def check_jobs(architecture: Architecture, jobs: Sequence[Job]) -> None:
-    """Every job's usage checks against an architecture (the commands' and the Python API's): first whether the
-    model's family has what the job needs (capture.support), then the job's own settings."""
+def plan_jobs(architecture: Architecture, jobs: Sequence[Job]) -> list[Job]:
+    """Every job planned against an architecture (the commands', `vitcli run`'s and the Python API's): first whether
+    the model's family has what the job needs (capture.support), then the job's own settings (Job.plan). The jobs
+    given are left as they were; the planned ones are what runs."""
     from vitcli.capture.support import require_support
 
+    planned = []
     for job in jobs:
         # A job given --target-image, --target-direction or --target-feature (commands.target_options) follows an
         # embedding target instead of a class: a model without a classifier head can run it.
         has_embedding_target = getattr(job, "embedding_target", None) is not None
         for use in job.uses():
             require_support(use, architecture, has_embedding_target)
-        job.check(architecture)
+        planned.append(job.plan(architecture))
+    return planned
 
 
 # Commands written for one token grid through every block (timm's VisionTransformer forward): Swin's stages refuse

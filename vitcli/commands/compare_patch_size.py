@@ -71,8 +71,7 @@ def compare_patch_size_command(
     ] = None,
 ) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
-    jobs = compare_patch_size_jobs(patch_sizes, image_size, pad, measure, runs, warmup, adapt)
-    context.check(jobs)
+    jobs = context.plan(compare_patch_size_jobs(patch_sizes, image_size, pad, measure, runs, warmup, adapt))
     (job,) = jobs
     if job.added_native:
         context.messages.info(

@@ -46,8 +46,7 @@ def heads_command(
     the share of the head's variance each explains. Needs a model with a text tower (CLIP, SigLIP via open_clip)."""
     from vitcli.runner import Report, progress_display
 
-    jobs = heads_jobs(None if texts is None else str(texts), blocks, k)
-    context.check(jobs)
+    jobs = context.plan(heads_jobs(None if texts is None else str(texts), blocks, k))
     paths = context.images(images)
     for job in jobs:
         job.check_images(len(paths))

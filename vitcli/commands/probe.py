@@ -40,8 +40,7 @@ def probe_command(
     `--checkpoint` loads with the new class names."""
     from vitcli.runner import ProgressSteps, Report, progress_display
 
-    job = ProbeJob(val_fraction, split_seed, weight_decay, data_dir)
-    context.check([job])
+    (job,) = context.plan([ProbeJob(val_fraction, split_seed, weight_decay, data_dir)])
     folder = job.image_folder  # its refusals come before the model loads
     model = context.model()
     with progress_display(context.show_progress(len(folder.paths))) as progress:
