@@ -657,7 +657,8 @@ from pathlib import Path
 from vitcli import interrupts
 from vitcli.jobs import Job, Presentation
 from vitcli.output import Emitter, Messages
-from vitcli.runner import Publisher, Report, Runner
+from vitcli.publisher import Publisher
+from vitcli.runner import Report, Runner
 from vitcli.store import OutputStore
 
 

@@ -248,7 +248,8 @@ def compute_and_publish(
 ) -> Result:
     """`job` run by a session on `model` (vitcli.session, as the commands run it), published into memory."""
     from vitcli.output import Emitter, Messages
-    from vitcli.runner import Published, Publisher, Report
+    from vitcli.publisher import Publisher
+    from vitcli.runner import Published, Report
     from vitcli.session import Session
 
     if job.scope == "image" and image is None:

@@ -25,7 +25,8 @@ from vitcli.store import OutputStore
 if TYPE_CHECKING:
     from vitcli.architecture import Architecture
     from vitcli.model import VitModel
-    from vitcli.runner import Publisher, Report
+    from vitcli.publisher import Publisher
+    from vitcli.runner import Report
     from vitcli.session import Session
 
 DEFAULT_OUTPUT = Path("outputs")
@@ -146,7 +147,7 @@ class CommandContext:
         return self.shard.select(paths) if self.shard is not None and shard else paths
 
     def publisher(self, provenance: dict[str, Any], store_root: Path | None = None) -> Publisher:
-        from vitcli.runner import Publisher
+        from vitcli.publisher import Publisher
 
         store = OutputStore(store_root or self.output_dir)
         publisher = Publisher(store, self.model_folder, self.emitter, self.messages, provenance)

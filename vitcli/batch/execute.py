@@ -284,7 +284,8 @@ def merge_folders(
 def _across_images(context: CommandContext, merged: Manifest, into: Path) -> list[dict[str, Any]]:
     from vitcli.batch.record import result_entry
     from vitcli.jobs import ACROSS_IMAGES, AcrossImages
-    from vitcli.runner import Published, Publisher
+    from vitcli.publisher import Publisher
+    from vitcli.runner import Published
 
     by_experiment: dict[str, list[dict[str, Any]]] = {}
     for entry in merged.results:

@@ -1,4 +1,4 @@
-"""`vitcli compare-patch-size` as a library: its Jobs (settings, checks, name, computation, presentation) and the
+"""`vitcli compare-patch-size` as a library: its Jobs (settings, plan, name, computation, presentation) and the
 builder that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`vitcli lens` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli lens` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`vitcli occlude-quadrants` and `occlude-patches` as a library: their Jobs (settings, checks, name, computation,
+"""`vitcli occlude-quadrants` and `occlude-patches` as a library: their Jobs (settings, plan, name, computation,
 presentation) and the builders that the commands, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
