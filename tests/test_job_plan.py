@@ -171,3 +171,20 @@ def test_explore_plans_its_explain_job_without_touching_it(architectures):
     on_tiny, on_six = job.plan(tiny), job.plan(six_blocks)
     assert state(job.explain) == before
     assert on_tiny.explain.planned.block == 12 and on_six.explain.planned.block == 6
+
+
+def test_compare_pairs_wait_for_the_number_of_images(architectures):
+    """`--pairs all` names the pairs among the images given: planned for 3 and for 4 images, two plans; named before
+    plan_images, a clear internal error."""
+    from vitcli.jobs import JobNotPlanned
+    from vitcli.jobs.compare import compare_jobs
+
+    tiny, _ = architectures
+    (job,) = compare_jobs(pairs="all")
+    planned = job.plan(tiny)
+    with pytest.raises(JobNotPlanned, match="plan_images"):
+        planned.name()
+    three, four = planned.plan_images(3), planned.plan_images(4)
+    assert three.pairs == [(0, 1), (0, 2), (1, 2)]
+    assert len(four.pairs) == 6 and three.name() != four.name()
+    assert planned.planned.pairs is None

@@ -32,10 +32,8 @@ class PredictJob(Job):
         return {"top_k": self.planned.top_k}
 
     def plan(self, architecture: Any) -> PredictJob:
-        classes = architecture.num_classes
-        return PredictJob(
-            self.top_k, PredictPlan(fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, classes, "the model's classes"))
-        )
+        top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, architecture.num_classes, "the model's classes")
+        return PredictJob(self.top_k, PredictPlan(top_k))
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.predict import predict
