@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.jobs import Job
-from vitcli.runner import Failure, Published, Publisher, Report, Runner
+from vitcli.publisher import Publisher
+from vitcli.runner import Failure, Published, Report, Runner
 
 if TYPE_CHECKING:
     from vitcli.model import VitModel

@@ -42,8 +42,7 @@ def anatomy_command(
     DINO, Darcet et al.)."""
     from vitcli.runner import Report, progress_display
 
-    jobs = anatomy_jobs(**options, with_images=bool(images))
-    context.check(jobs)
+    jobs = context.plan(anatomy_jobs(**options, with_images=bool(images)))
     paths = context.images(images) if images else []
     check_image_count([job.view for job in jobs], len(paths))  # type: ignore[attr-defined]
     model = context.model()

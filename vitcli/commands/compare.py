@@ -28,13 +28,13 @@ def compare_command(context: CommandContext, images: ImagesArgument = None, **op
     images)."""
     from vitcli.runner import Report
 
-    jobs = compare_jobs(**options)
-    context.check(jobs)
+    jobs = context.plan(compare_jobs(**options))
     paths = context.images(images)
     if len(paths) < 2:
         raise UsageError(f"compare needs at least two images, got {len(paths)}: {', '.join(map(str, paths))}")
     for job in jobs:
         job.check_images(len(paths))
+    jobs = [job.plan_images(len(paths)) for job in jobs]
     # One result about the images together: a failure (an unreadable image) ends the command with its own message.
     context.session(context.model(), reraise=True).run(jobs, paths, Report())
     context.emitter.finish()

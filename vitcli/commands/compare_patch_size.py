@@ -23,9 +23,8 @@ def compare_patch_size_command(context: CommandContext, **options: Any) -> None:
     """Tokens, attention scores and compute per patch size (no image or weights needed); --measure, --adapt IMAGE."""
     from vitcli.runner import Report
 
-    jobs = compare_patch_size_jobs(**options)
+    jobs = context.plan(compare_patch_size_jobs(**options))
     adapt = options["adapt"]
-    context.check(jobs)
     (job,) = jobs
     if job.added_native:
         context.messages.info(

@@ -25,8 +25,7 @@ def heads_command(context: CommandContext, images: ImagesArgument = None, **opti
     the share of the head's variance each explains. Needs a model with a text tower (CLIP, SigLIP via open_clip)."""
     from vitcli.runner import Report, progress_display
 
-    jobs = heads_jobs(**options)
-    context.check(jobs)
+    jobs = context.plan(heads_jobs(**options))
     paths = context.images(images)
     for job in jobs:
         job.check_images(len(paths))

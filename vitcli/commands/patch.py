@@ -35,9 +35,9 @@ def patch_command(context: CommandContext, images: PairArgument = None, **option
     output, head), and score how much of M = logit(target) - logit(contrast) it restores."""
     from vitcli.runner import LineSteps, ProgressSteps, Report, progress_display
 
-    job = patch_pair_job(images, **options)
+    pair_job = patch_pair_job(images, **options)
     clean_path, corrupt_path = clean_and_corrupt(images)
-    context.check([job])
+    (job,) = context.plan([pair_job])
     model = context.model()
     with progress_display(context.show_progress(1)) as progress:
         steps = ProgressSteps(progress) if progress is not None else LineSteps(context.messages.info)

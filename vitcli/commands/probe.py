@@ -33,8 +33,7 @@ def probe_command(
     `--checkpoint` loads with the new class names."""
     from vitcli.runner import ProgressSteps, Report, progress_display
 
-    job = ProbeJob(**options, data_dir=data_dir)
-    context.check([job])
+    (job,) = context.plan([ProbeJob(**options, data_dir=data_dir)])
     folder = job.image_folder  # its refusals come before the model loads
     model = context.model()
     with progress_display(context.show_progress(len(folder.paths))) as progress:

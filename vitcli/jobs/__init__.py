@@ -2,9 +2,9 @@
 
 Each command's Jobs and their builder live in a module of this package (vitcli.jobs.ablate, ...), below the command
 line: the command's Typer function (vitcli.commands), `vitcli run` configs and the Python API call the same builder
-with the command's own options. The runner checks each Job against the architecture before any weights load,
-computes it per image, turns the result into a Presentation and gives that to the output store (files) and the
-emitter (stdout). Nothing here imports torch.
+with the command's own options. Each Job is planned against the architecture before any weights load (Job.plan
+returns a new, validated Job and changes nothing); the runner computes the planned Job per image, turns the result
+into a Presentation and gives that to the output store (files) and the emitter (stdout). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -119,11 +119,31 @@ class Job(ABC):
         command with each option that makes it read more of the model (`attend --view rollout`)."""
         return (self.command,)
 
-    def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
-        """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
+    def plan(self, architecture: Architecture) -> Job:
+        """This job planned for `architecture`, before weights load: settings it cannot satisfy (block 13 of 12...)
+        refused with UsageError, and a new job returned with every value that depends on it resolved (parsed heads,
+        token numbers, defaults fitted to the model) in its `planned`. The job planned is left as it was, so one job
+        can be planned for several models; a job with nothing to resolve returns itself."""
+        return self
+
+    @property
+    def planned(self) -> Any:
+        """What plan() resolved: the job's own frozen record of plain values, given to its constructor."""
+        if self._planned is None:
+            raise JobNotPlanned(
+                f"the {self.command} job was named or run before plan(architecture) resolved its settings"
+            )
+        return self._planned
+
+    _planned: Any = None
 
     def check_images(self, count: int) -> None:  # noqa: B027  (most jobs take any number of images)
         """Refuse a number of images the job cannot use (CKA of one image...) with UsageError, before weights load."""
+
+    def plan_images(self, count: int) -> Job:
+        """This job for a run of `count` images (after check_images): a new job with what depends on their number
+        resolved (compare's `--pairs all`); the job planned is left as it was. Most jobs: itself."""
+        return self
 
     def compute(self, work: ImageWork) -> Any:
         """The typed result for one image (jobs of scope "image")."""
@@ -178,6 +198,11 @@ class Job(ABC):
         super().__init_subclass__(**kwargs)
         if "present_across_images" in vars(cls) and "command" in vars(cls):
             ACROSS_IMAGES[cls.command] = cls
+
+
+class JobNotPlanned(RuntimeError):
+    """A job's name, settings or computation asked for before plan(architecture): a bug of the caller, not the user's
+    (every runner plans its jobs first), so no one-line refusal but an internal error."""
 
 
 # Job classes that sum up several images, by command: `vitcli merge` recomputes their results about the set.

@@ -1,4 +1,4 @@
-"""`vitcli attribute` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli attribute` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, TargetPlan, follows_embedding_target
 from vitcli.naming import result_name, setting
 from vitcli.target_class import resolve_contrast, resolve_target_text, target_or_top1
 from vitcli.targets import EmbeddingTarget
@@ -42,16 +42,16 @@ class AttributeJob(FollowsEmbedding, Job):
         by: str,
         block: int | None,
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
         self.embedding_target = embedding
         self.target_text = target
         self.contrast_text = contrast
         self.by = by
         self.block = block
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> AttributeJob:
         from vitcli.capture import family_of
         from vitcli.experiments.readout import readout_refusal
         from vitcli.loading import require_pre_norm
@@ -81,8 +81,9 @@ class AttributeJob(FollowsEmbedding, Job):
                 )
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+        target = resolve_target_text(architecture, self.target_text)
+        planned = TargetPlan(target, resolve_contrast(architecture.labels, self.contrast_text, target))
+        return AttributeJob(self.target_text, self.contrast_text, self.by, self.block, self.embedding_target, planned)
 
     def uses(self) -> tuple[str, ...]:
         return ("attribute",) if self.by == "block" else (f"attribute --by {self.by}",)
@@ -93,13 +94,13 @@ class AttributeJob(FollowsEmbedding, Job):
             self.by,
             setting("b", self.block),
             self.target_name_part(),
-            setting("c", self.contrast),
+            setting("c", self.planned.contrast),
         )
 
     def settings(self) -> dict[str, Any]:
         return {
-            "target": self.target,
-            "contrast": self.contrast,
+            "target": self.planned.target,
+            "contrast": self.planned.contrast,
             "by": self.by,
             "block": self.block,
             **self.embedding_settings(),
@@ -111,12 +112,13 @@ class AttributeJob(FollowsEmbedding, Job):
         if self.embedding_target is not None:
             embedding = self.bound_target(work.model)
             return attribute(work.model, work.image, None, None, self.by, self.block, embedding)
-        target = target_or_top1(self.target, work.clean_logits())
-        if target == self.contrast:
+        contrast = self.planned.contrast
+        target = target_or_top1(self.planned.target, work.clean_logits())
+        if target == contrast:
             raise VitcliError(
-                f"--contrast {self.contrast} is this image's top-1, the default target: give --target or another class"
+                f"--contrast {contrast} is this image's top-1, the default target: give --target or another class"
             )
-        return attribute(work.model, work.image, target, self.contrast, self.by, self.block)
+        return attribute(work.model, work.image, target, contrast, self.by, self.block)
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import attribution as view

@@ -1,9 +1,10 @@
-"""`vitcli compare-patch-size` as a library: its Jobs (settings, checks, name, computation, presentation) and the
+"""`vitcli compare-patch-size` as a library: its Jobs (settings, plan, name, computation, presentation) and the
 builder that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -18,9 +19,17 @@ MAX_IMAGE_SIZE = 4096
 MAX_RUNS = 1000
 
 
+@dataclass(frozen=True)
+class PatchSizePlan:
+    """The variants compared, planned against the model's dimensions (PatchSizeJob.plan)."""
+
+    dimensions: Any  # experiments.patch_size_variants.Dimensions
+    variants: tuple[Any, ...]  # experiments.patch_size_variants.Variant, smallest patch first
+
+
 class PatchSizeJob(Job):
     """The architecture at several patch sizes: counted (no weights), optionally timed; the variants are planned
-    against the model's dimensions by check()."""
+    against the model's dimensions by plan()."""
 
     command = "compare-patch-size"
     needs_classes = False
@@ -28,21 +37,37 @@ class PatchSizeJob(Job):
     scope = "model"
 
     def __init__(
-        self, patch_sizes: list[int], image_size: int | None, pad: bool, measure: bool, runs: int, warmup: int
+        self,
+        patch_sizes: list[int],
+        image_size: int | None,
+        pad: bool,
+        measure: bool,
+        runs: int,
+        warmup: int,
+        planned: PatchSizePlan | None = None,
     ):
         self.patch_sizes = patch_sizes
         self.image_size, self.pad = image_size, pad
         self.measure, self.runs, self.warmup = measure, runs, warmup
-        self.variants: list[Any] = []  # experiments.patch_size_variants.Variant, smallest patch first
-        self.dimensions: Any = None  # experiments.patch_size_variants.Dimensions
+        self._planned = planned
         self.progress: Callable[[str], None] = lambda text: None  # "counting patch 8 ...": the command's stderr
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> PatchSizeJob:
         from vitcli.experiments.patch_size_variants import plan_variants, read_dimensions
 
-        self.dimensions = read_dimensions(architecture.name)
-        size = self.dimensions.native_image if self.image_size is None else self.image_size
-        self.variants = plan_variants(self.dimensions, self.patch_sizes, size, self.pad)
+        dimensions = read_dimensions(architecture.name)
+        size = dimensions.native_image if self.image_size is None else self.image_size
+        planned = PatchSizePlan(dimensions, tuple(plan_variants(dimensions, self.patch_sizes, size, self.pad)))
+        given = (self.patch_sizes, self.image_size, self.pad, self.measure, self.runs, self.warmup)
+        return type(self)(*given, planned)  # an AdaptedPatchSizeJob stays one
+
+    @property
+    def variants(self) -> list[Any]:
+        return list(self.planned.variants)
+
+    @property
+    def dimensions(self) -> Any:
+        return self.planned.dimensions
 
     @property
     def added_native(self) -> bool:

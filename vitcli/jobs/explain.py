@@ -1,8 +1,9 @@
-"""`vitcli explain` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli explain` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -84,6 +85,16 @@ def refuse_on_stages(methods: list[str], block: int, architecture: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ExplainPlan:
+    """An explain job's block, steps and classes resolved against the model (ExplainJob.plan)."""
+
+    block: int  # --block, or the last block
+    steps: int | None  # --steps of the faithfulness curves, or their default fitted to the patches; None without them
+    target: int | None  # None: each image's clean top-1
+    contrast: int | None
+
+
 class ExplainJob(FollowsEmbedding, Job):
     command = "explain"
 
@@ -101,6 +112,7 @@ class ExplainJob(FollowsEmbedding, Job):
         gradients: GradientOptions | None = None,
         audits: AuditOptions | None = None,
         embedding: EmbeddingTarget | None = None,
+        planned: ExplainPlan | None = None,
     ):
         self.embedding_target = embedding
         self.methods = methods
@@ -114,26 +126,39 @@ class ExplainJob(FollowsEmbedding, Job):
         self.contrast_text = contrast
         self.gradients = gradients or GradientOptions()
         self.audits = audits or AuditOptions()
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> ExplainJob:
         depth, patches = architecture.depth, architecture.map_grid.num_patches
-        if self.block is None:
-            self.block = depth
-        if not 1 <= self.block <= depth:
-            raise UsageError(f"--block must be between 1 and {depth} (the model's blocks), not {self.block}")
+        block = depth if self.block is None else self.block
+        if not 1 <= block <= depth:
+            raise UsageError(f"--block must be between 1 and {depth} (the model's blocks), not {block}")
         if architecture.staged:
-            refuse_on_stages(self.methods, self.block, architecture)
+            refuse_on_stages(self.methods, block, architecture)
+        steps = None
         if self.faithfulness:
-            if self.steps is None:
-                self.steps = min(DEFAULT_STEPS, patches)
-            if not 1 <= self.steps <= patches:
-                raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {self.steps}")
+            steps = min(DEFAULT_STEPS, patches) if self.steps is None else self.steps
+            if not 1 <= steps <= patches:
+                raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {steps}")
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+        target = resolve_target_text(architecture, self.target_text)
+        contrast = resolve_contrast(architecture.labels, self.contrast_text, target)
+        return ExplainJob(
+            self.methods,
+            self.target_text,
+            self.block,
+            self.fill,
+            self.faithfulness,
+            self.steps,
+            self.random_orders,
+            self.order_seed,
+            self.contrast_text,
+            self.gradients,
+            self.audits,
+            self.embedding_target,
+            ExplainPlan(block, steps, target, contrast),
+        )
 
     def uses(self) -> tuple[str, ...]:
         """explain's row of the support table, and the row of each method that needs more of the model."""
@@ -141,14 +166,15 @@ class ExplainJob(FollowsEmbedding, Job):
         return ("explain", *(f"explain --method {method}" for method in needing))
 
     def name(self) -> str:
+        planned = self.planned
         reads_block = READS_BLOCK_METHODS & set(self.methods)
         covers = bool(COVERING_METHODS & set(self.methods)) or self.faithfulness
         parts = [
             setting("m", self.methods),
-            setting("b", self.block) if reads_block else None,
+            setting("b", planned.block) if reads_block else None,
             self.fill if covers else None,
             self.target_name_part(),
-            setting("c", self.contrast) if self.contrast is not None else None,
+            setting("c", planned.contrast) if planned.contrast is not None else None,
         ]
         if "ig" in self.methods:
             parts += [setting("ig", self.gradients.ig_steps), self.gradients.baseline]
@@ -160,21 +186,22 @@ class ExplainJob(FollowsEmbedding, Job):
             parts.append(setting("ns", self.gradients.seed))  # the audits' parts carry it otherwise
         parts += audit_name_parts(self.audits, self.gradients)
         if self.faithfulness:
-            parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
+            parts += [setting("f", planned.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
 
     def settings(self) -> dict[str, Any]:
+        planned = self.planned
         return {
             "methods": self.methods,
-            "target": self.target,
+            "target": planned.target,
             **self.embedding_settings(),
-            "block": self.block,
+            "block": planned.block,
             "fill": self.fill,
             "faithfulness": self.faithfulness,
-            "steps": self.steps,
+            "steps": planned.steps,
             "random_orders": self.random_orders,
             "order_seed": self.order_seed,
-            "contrast": self.contrast,
+            "contrast": planned.contrast,
             "ig_steps": self.gradients.ig_steps,
             "baseline": self.gradients.baseline,
             "samples": self.gradients.samples,
@@ -188,10 +215,11 @@ class ExplainJob(FollowsEmbedding, Job):
         from vitcli.experiments.explain_audits import audit, count_audit_work
         from vitcli.experiments.faithfulness import FaithfulnessOptions
 
-        options = FaithfulnessOptions(self.steps, self.random_orders, self.order_seed) if self.faithfulness else None
+        planned = self.planned
+        options = FaithfulnessOptions(planned.steps, self.random_orders, self.order_seed) if self.faithfulness else None
         total = count_work(work.model, self.methods, options, self.gradients)
         if self.audits.any:
-            settings = MapSettings(self.block or work.model.depth, self.fill, gradients=self.gradients)
+            settings = MapSettings(planned.block, self.fill, gradients=self.gradients)
             total += count_audit_work(work.model, self.methods, settings, self.audits)
         if total:
             work.steps.start(total, f"explaining {work.image.source.display_name}")
@@ -200,13 +228,13 @@ class ExplainJob(FollowsEmbedding, Job):
             work.model,
             work.image,
             self.methods,
-            None if self.target is None else str(self.target),
-            self.block,
+            None if planned.target is None else str(planned.target),
+            planned.block,
             self.fill,
             faithfulness=options,
             on_progress=work.steps.advance,
             clean_logits=None if embedding is not None else work.clean_logits(),
-            contrast=None if self.contrast is None else str(self.contrast),
+            contrast=None if planned.contrast is None else str(planned.contrast),
             gradient_options=self.gradients,
             embedding=embedding,
         )

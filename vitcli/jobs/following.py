@@ -1,12 +1,13 @@
 """What a job follows: a class (--target) or a target in embedding space (vitcli.targets), the options that name it
 declared once for every command that follows a target, and the embedding target bound to the loaded model once. A
-class given as text is resolved by vitcli.target_class."""
+class given as text is resolved by vitcli.target_class into the job's TargetPlan when it is planned."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -128,11 +129,19 @@ def follows_embedding_target(builder: Callable[..., Any]) -> Callable[..., Any]:
     return with_embedding
 
 
+@dataclass(frozen=True)
+class TargetPlan:
+    """The classes a job follows, resolved against the model's labels by its plan()."""
+
+    target: int | None  # None: each image's clean top-1
+    contrast: int | None = None
+
+
 class FollowsEmbedding:
     """A job's embedding target, bound to the loaded model on first use (REF's embedding computed once)."""
 
     embedding_target: EmbeddingTarget | None = None
-    target: int | None = None  # the class followed otherwise (None: the clean top-1), resolved by the job's check()
+    planned: Any  # the job's plan (Job.plan), whose `target` is the class followed otherwise (None: the clean top-1)
     _bound: tuple[int, BoundTarget] | None = None
 
     def bound_target(self, model: VitModel) -> BoundTarget | None:
@@ -148,7 +157,8 @@ class FollowsEmbedding:
         """The result name's part for what the job follows: the embedding target's, else t<class> (ttop1)."""
         if self.embedding_target is not None:
             return self.embedding_target.name_part
-        return setting("t", "top1" if self.target is None else self.target)
+        target = self.planned.target
+        return setting("t", "top1" if target is None else target)
 
     def embedding_settings(self) -> dict[str, Any]:
         """The target as JSON; once bound, with what the loaded model tells (a text target's scale)."""

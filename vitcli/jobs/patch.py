@@ -12,7 +12,7 @@ import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, SetImages, Steps, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, TargetPlan, follows_embedding_target
 from vitcli.naming import image_subject, result_name, set_subject, setting
 from vitcli.target_class import resolve_target_text
 from vitcli.targets import EmbeddingTarget
@@ -49,24 +49,26 @@ class PatchJob(FollowsEmbedding, Job):
         sites: list[str],
         methods: list[str],
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
         self.embedding_target = embedding
         self.partner = partner
         self.target_text, self.contrast_text = target, contrast
         self.sites = [kind.value for kind in SiteKind if kind.value in sites]  # canonical order, once each
         self.methods = [method.value for method in Method if method.value in methods]
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> PatchJob:
         from vitcli.loading import require_pre_norm
         from vitcli.target_class import resolve_contrast
 
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+        target = resolve_target_text(architecture, self.target_text)
+        planned = TargetPlan(target, resolve_contrast(architecture.labels, self.contrast_text, target))
         require_pre_norm(architecture.name)
+        given = (self.partner, self.target_text, self.contrast_text, self.sites, self.methods, self.embedding_target)
+        return type(self)(*given, planned)  # a PatchIntoJob stays one
 
     def name(self) -> str:
         return result_name(
@@ -80,7 +82,8 @@ class PatchJob(FollowsEmbedding, Job):
     def _target_parts(self) -> list[str | None]:
         if self.embedding_target is not None:
             return [self.target_name_part()]
-        return [self.target_name_part(), setting("c", "auto" if self.contrast is None else self.contrast)]
+        contrast = self.planned.contrast
+        return [self.target_name_part(), setting("c", "auto" if contrast is None else contrast)]
 
     def settings(self) -> dict[str, Any]:
         if self.embedding_target is not None:
@@ -92,8 +95,12 @@ class PatchJob(FollowsEmbedding, Job):
             }
         return {
             self.partner_role: str(self.partner),
-            "target": self.target if self.target is not None else "CLEAN's top-1",
-            "contrast": self.contrast if self.contrast is not None else "CORRUPT's top-1 (its second if the target)",
+            "target": self.planned.target if self.planned.target is not None else "CLEAN's top-1",
+            "contrast": (
+                self.planned.contrast
+                if self.planned.contrast is not None
+                else "CORRUPT's top-1 (its second if the target)"
+            ),
             "sites": self.sites,
             "methods": self.methods,
         }
@@ -113,8 +120,8 @@ class PatchJob(FollowsEmbedding, Job):
             corrupt,
             self.sites,
             self.methods,
-            self.target,
-            self.contrast,
+            self.planned.target,
+            self.planned.contrast,
             steps,
             embedding=self.bound_target(model),
         )
@@ -144,11 +151,9 @@ class PatchIntoJob(PatchJob):
         sites: list[str],
         methods: list[str],
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
-        from vitcli.hashing import file_sha256
-
-        super().__init__(corrupt, target, contrast, sites, methods, embedding)
-        self.corrupt_sha256 = file_sha256(corrupt)
+        super().__init__(corrupt, target, contrast, sites, methods, embedding, planned)
         self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
 
     def check_images(self, count: int) -> None:
@@ -157,25 +162,25 @@ class PatchIntoJob(PatchJob):
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.patching import corrupt_forward, patch_images
 
-        if work.image.source.sha256 == self.corrupt_sha256:
-            raise VitcliError(
-                f"this image is CORRUPT ({self.partner}, the same bytes): M_clean = M_corrupt, so the score is "
-                "undefined; patch only other images into it"
-            )
         if self._corrupt is None:
             corrupt = work.model.prepare(self.partner)
             gradients = "attribution" in self.methods
             embedding = self.bound_target(work.model)
             self._corrupt = corrupt, corrupt_forward(work.model, corrupt.input, gradients, embedding)
         corrupt, forward = self._corrupt
+        if work.image.source.sha256 == corrupt.source.sha256:
+            raise VitcliError(
+                f"this image is CORRUPT ({self.partner}, the same bytes): M_clean = M_corrupt, so the score is "
+                "undefined; patch only other images into it"
+            )
         return patch_images(
             work.model,
             work.image,
             corrupt,
             self.sites,
             self.methods,
-            self.target,
-            self.contrast,
+            self.planned.target,
+            self.planned.contrast,
             work.steps,
             forward,
             embedding=self.bound_target(work.model),
