@@ -68,7 +68,7 @@ def compare_patch_size(model: VitModel, adapt: str | Path | None = None, **optio
     """`vitcli compare-patch-size`: the model's architecture at several patch sizes, counted (its weights are not
     read: the files are the command's, which loads none). Options: patch_sizes ("8,16,32"), image_size, pad, measure,
     runs, warmup; `adapt`, an image: the checkpoint resampled to each patch size and run on it (--adapt IMAGE)."""
-    from vitcli.context import check_jobs
+    from vitcli.context import plan_jobs
     from vitcli.job_registry import job_builder
 
     check_model(model)
@@ -78,7 +78,7 @@ def compare_patch_size(model: VitModel, adapt: str | Path | None = None, **optio
     (job,) = builder(
         **command_options("compare-patch-size", builder, options), adapt=None if adapt is None else str(adapt)
     )
-    check_jobs(architecture_of(model), [job])
+    (job,) = plan_jobs(architecture_of(model), [job])
     call = call_text("compare-patch-size", None, options if adapt is None else {"adapt": str(adapt), **options})
     return compute_and_publish(job, model, adapt, call)
 

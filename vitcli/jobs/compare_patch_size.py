@@ -50,7 +50,7 @@ class PatchSizeJob(Job):
         self.image_size, self.pad = image_size, pad
         self.measure, self.runs, self.warmup = measure, runs, warmup
         self._planned = planned
-        self.progress: Callable[[str], None] = lambda text: None  # "counting patch 8 ...": the command's stderr
+        self.progress: Callable[[str], None] = _silent  # "counting patch 8 ...": the command's stderr
 
     def plan(self, architecture: Any) -> PatchSizeJob:
         from vitcli.experiments.patch_size_variants import plan_variants, read_dimensions
@@ -149,6 +149,10 @@ class AdaptedPatchSizeJob(PatchSizeJob):
         model = work.model
         settings = self.measure_settings(model.device, model.batch_size, model.spec.seed)
         return compare_patch_sizes(self.variants, settings, adapt=(model, work.image))
+
+
+def _silent(text: str) -> None:
+    """No progress lines: a run or the API, where only the command prints them."""
 
 
 @builds_jobs("compare-patch-size")

@@ -67,8 +67,12 @@ class PatchJob(FollowsEmbedding, Job):
         target = resolve_target_text(architecture, self.target_text)
         planned = TargetPlan(target, resolve_contrast(architecture.labels, self.contrast_text, target))
         require_pre_norm(architecture.name)
+        return self.planned_as(planned)
+
+    def planned_as(self, planned: TargetPlan) -> PatchJob:
+        """This job with its plan, new (a PatchIntoJob stays one)."""
         given = (self.partner, self.target_text, self.contrast_text, self.sites, self.methods, self.embedding_target)
-        return type(self)(*given, planned)  # a PatchIntoJob stays one
+        return type(self)(*given, planned)
 
     def name(self) -> str:
         return result_name(
@@ -236,9 +240,14 @@ class NamedPairJob(PatchJob):
         sites: list[str],
         methods: list[str],
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
-        super().__init__(clean, target, contrast, sites, methods, embedding)
+        super().__init__(clean, target, contrast, sites, methods, embedding, planned)
         self.corrupt = corrupt
+
+    def planned_as(self, planned: TargetPlan) -> PatchJob:
+        given = (self.target_text, self.contrast_text, self.sites, self.methods, self.embedding_target)
+        return NamedPairJob(self.partner, self.corrupt, *given, planned)
 
     def check_images(self, count: int) -> None:
         """Any number of images: the run's images are not its pair."""
