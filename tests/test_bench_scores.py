@@ -372,9 +372,13 @@ def test_the_scores_reach_the_table_json_and_summary_named():
 
 def test_the_random_baselines_seed_names_its_results_and_the_edge_map_needs_none():
     from vitcli.jobs.explain import explain_jobs
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    architecture = describe(WeightsSpec(random=True))
 
     def name(method: str, seed: int, **audits) -> str:
-        return explain_jobs(method=[method], noise_seed=seed, **audits)[0].name()
+        return explain_jobs(method=[method], noise_seed=seed, **audits)[0].plan(architecture).name()
 
     assert name("random", 0) != name("random", 5) and name("random", 5).endswith("-ns5")
     assert name("random", 5, road=True).count("ns5") == 1  # the audits' part carries it once
