@@ -13,6 +13,7 @@ COMMAND_MODULES = {
     "anatomy": "vitcli.commands.anatomy",
     "attend": "vitcli.commands.attend",
     "attribute": "vitcli.commands.attribute",
+    "bench": "vitcli.commands.bench",
     "compare": "vitcli.commands.compare",
     "compare-patch-size": "vitcli.commands.compare_patch_size",
     "explain": "vitcli.commands.explain",

@@ -161,6 +161,10 @@ class ExplainJob(FollowsEmbedding, Job):
         }
 
     def compute(self, work: ImageWork) -> Any:
+        return self.explain_image(work, self.target)
+
+    def explain_image(self, work: ImageWork, target: int | None) -> Any:
+        """The maps and audits of one image for class `target` (None: the clean top-1), as the settings say."""
         from vitcli.experiments.explain import MapSettings, count_work, explain
         from vitcli.experiments.explain_audits import audit, count_audit_work
         from vitcli.experiments.faithfulness import FaithfulnessOptions
@@ -177,7 +181,7 @@ class ExplainJob(FollowsEmbedding, Job):
             work.model,
             work.image,
             self.methods,
-            None if self.target is None else str(self.target),
+            None if target is None else str(target),
             self.block,
             self.fill,
             faithfulness=options,
