@@ -21,6 +21,7 @@ from vitcli.experiments.explain import (
     resolve_block,
     unfused_attention,
 )
+from vitcli.experiments.faithfulness import RANDOM
 from vitcli.explain_methods import METHOD_NAMES as METHODS
 from vitcli.model import VitModel
 from vitcli.presentation import explain as presentation
@@ -390,7 +391,7 @@ def test_faithfulness_over_several_images_gives_each_methods_mean_and_spread(cli
     assert len(per_image) == 2
     (across,) = (workdir / "outputs").glob("*/set-*/explain-*-across-images.json")
     rows = {row["method"]: row for row in json.loads(across.read_text())["result"]["methods"]}
-    for method, key in (("rollout", "rollout"), ("random", "random")):
+    for method, key in (("rollout", "rollout"), (RANDOM, "random")):
         deletion = [_auc(document, key, "deletion") for document in per_image]
         assert rows[method]["images"] == 2
         assert rows[method]["deletion_auc_mean"] == pytest.approx(sum(deletion) / 2, abs=1e-12)

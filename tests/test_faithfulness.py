@@ -211,7 +211,7 @@ def test_presentation_of_the_curves(tiny2, prepared):
     assert "trapezoidal" in document["faithfulness"]["definition"]
     assert len(document["faithfulness"]["random"]["deletion_aucs"]) == 2
     summary = presentation.summary(result)
-    assert summary["explain_random_deletion_auc"] == result.faithfulness.random.deletion.auc
+    assert summary["explain_random_orders_deletion_auc"] == result.faithfulness.random.deletion.auc
     assert summary["explain_gradcam_insertion_auc"] == result.faithfulness.methods[0].insertion.auc
     figure = presentation.figure(result)
     curve_panels = [panel for panel in figure.axes if panel.get_title().startswith(("deletion", "insertion"))]

@@ -156,11 +156,11 @@ def test_faithfulness_over_images_figure_draws_each_methods_mean():
     from vitcli.experiments.faithfulness import MethodSpread
     from vitcli.presentation.faithfulness import spread_figure
 
-    spreads = [MethodSpread("attention", 3, 0.2, 0.05, 0.6, 0.1), MethodSpread("random", 3, 0.4, 0.01, 0.5, 0.02)]
+    spreads = [MethodSpread("attention", 3, 0.2, 0.05, 0.6, 0.1), MethodSpread("random-orders", 3, 0.4, 0.01, 0.5, 0.02)]
     fig = spread_figure(spreads, "RANDOM (seed 0)")
     deletion, insertion = fig.axes
     assert [bar.get_width() for bar in deletion.patches] == pytest.approx([0.2, 0.4])
     assert [bar.get_width() for bar in insertion.patches] == pytest.approx([0.6, 0.5])
-    assert [label.get_text() for label in deletion.get_yticklabels()] == ["attention", "random"]
+    assert [label.get_text() for label in deletion.get_yticklabels()] == ["attention", "random-orders"]
     assert "faithfulness over 3 images" in fig._suptitle.get_text()
     plt.close(fig)

@@ -28,6 +28,8 @@ class ExplainMethod:
     across_blocks: bool = False
     # Multiplies attention across blocks by rollout, which reads the head fusion and the discard ratio.
     rolls_out: bool = False
+    # A reference map that reads the image alone, never the model (vitcli.experiments.baselines): random, edge.
+    baseline: bool = False
     # Cheap together in one hooked forward and backward: run when no --method is given.
     default: bool = False
     # The family features it needs beyond explain's own class head (capture.family.FEATURES); None: nothing more.
@@ -75,6 +77,9 @@ _REGISTRY = (
         contrastive=True,
         needs=frozenset({"class_head", "plain_rows", "replace", "heads", "pattern", "pooling_readout"}),
     ),
+    # Baselines for benchmarks: a seeded uniform random map (--noise-seed), the input's Sobel edge magnitude.
+    ExplainMethod("random", baseline=True),
+    ExplainMethod("edge", baseline=True),
 )
 
 EXPLAIN_METHODS: dict[str, ExplainMethod] = {method.name: method for method in _REGISTRY}
@@ -94,5 +99,6 @@ CONTRAST_METHODS = names_where("contrastive")
 READS_BLOCK_METHODS = frozenset(names_where("reads_block"))
 ROLLOUT_METHODS = frozenset(names_where("rolls_out"))
 COVERING_METHODS = frozenset(names_where("covers"))
+BASELINE_METHODS = frozenset(names_where("baseline"))
 # Rollout first, then the methods that build on it: the refusal on models of stages names the first one given.
 ACROSS_BLOCKS_METHODS = names_where("across_blocks")[::-1]

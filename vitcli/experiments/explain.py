@@ -1,6 +1,6 @@
 """Explanation maps for one target class on the patch grid: gradient relevance, grad-rollout, Grad-CAM, attention,
-rollout, occlusion, the pixel-gradient methods and the direct contributions (dla), optionally scored by deletion
-and insertion curves.
+rollout, occlusion, the pixel-gradient methods, the direct contributions (dla) and two baselines that read the image
+alone (random, edge), optionally scored by deletion and insertion curves.
 
 The gradient methods share one forward and one backward of the target logit (not its probability) through the
 model's own modules: the capture layer keeps the attention probabilities of every block (attn.hook_pattern: the
@@ -28,6 +28,7 @@ from vitcli.capture import block_site, caching_with_gradients, pattern_site
 from vitcli.capture import unfused_attention as unfused_attention  # importable from here, as before
 from vitcli.errors import UsageError, VitcliError
 from vitcli.experiments.attention import patch_map, require_attention
+from vitcli.experiments.baselines import baseline_map
 from vitcli.experiments.dla import DirectDecomposition, direct_decomposition, dla_definition, dla_map
 from vitcli.experiments.explain_options import GradientOptions, check_gradient_options
 from vitcli.experiments.faithfulness import Faithfulness, FaithfulnessOptions, check_options, count_forwards
@@ -414,6 +415,8 @@ def method_maps(
                 model, prepared, method, target_index, contrast, settings.gradients, on_progress
             )
             maps.append(MethodMap(method, values, unit, definition, attribution))
+        elif method in registry.BASELINE_METHODS:
+            maps.append(MethodMap(method, *baseline_map(model, prepared, method, settings.gradients.seed)))
         elif method == "dla":
             decomposition = direct_decomposition(model, prepared, target_index, contrast)
             values = dla_map(model, decomposition)

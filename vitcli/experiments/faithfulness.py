@@ -31,7 +31,7 @@ DEFINITION = (
     "order; AUC: trapezoidal area under the probability over the fraction of patches from 0 to 1, the unperturbed "
     "point included; lower deletion AUC and higher insertion AUC are better"
 )
-RANDOM = "random"
+RANDOM = "random-orders"  # the baseline of random patch orders (not the `random` method's map)
 
 
 @dataclass(frozen=True)
