@@ -8,6 +8,7 @@ Torch-free: the leaderboard is computed from the stored per-image JSON bodies al
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from vitcli.errors import UsageError
+from vitcli.errors import UsageError, VitcliError
+from vitcli.experiments.bootstrap import bootstrap_interval
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class Score:
 SCORES = (
     Score("pointing_game", "pointing", True, True, "the map's largest patch lies on the object (share of images)"),
     Score("relevance_mass", "mass", True, True, "share of the positive map mass on the object"),
+    Score(
+        "relevance_mass_signed", "mass", True, True, "sum of the map on the object / sum of the map (Quantus's, signed)"
+    ),
     Score("focus", "focus", True, False, "share of the positive map mass in the target's quadrants (mosaics only)"),
     Score("road_combined", "road", True, False, "ROAD: (mean LeRF - mean MoRF) / 2 over the imputed percentages"),
     Score("deletion_auc", "deletion", False, False, "deletion curve's area (most relevant patches covered first)"),
@@ -44,13 +49,16 @@ SCORE_OPTIONS = tuple(dict.fromkeys(score.option for score in SCORES))
 FROM_AUDITS = {
     "pointing_game": "pointing_game",
     "relevance_mass": "mass_accuracy",
+    "relevance_mass_signed": "mass_accuracy_signed",
+    "focus": "focus",
     "road_combined": "road_combined",
     "sanity_spearman": "sanity_all_blocks_spearman_abs",
     "max_sensitivity": "max_sensitivity",
 }
 CONFIDENCE = 0.95
 RESAMPLES = 2000
-BOOTSTRAP_SEED = 0  # fixed: the same values give the same interval in every run and merge
+# Fixed, and the values sorted before resampling: the same values give the same interval in every run, shard and merge.
+BOOTSTRAP_SEED = 0
 MAX_SCENES = 100_000
 
 
@@ -93,19 +101,6 @@ def image_scores(explained: dict[str, Any], methods: Sequence[str], scores: Sequ
     return values
 
 
-def bootstrap_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (Efron), RESAMPLES resamples from a fixed seed; the values are
-    sorted first, so the order the images came in (shards, merges) does not change it."""
-    data = np.sort(np.asarray(values, dtype=float))
-    if len(data) == 1:
-        return float(data[0]), float(data[0])
-    generator = np.random.default_rng(BOOTSTRAP_SEED)
-    means = data[generator.integers(0, len(data), size=(RESAMPLES, len(data)))].mean(axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return float(low), float(high)
-
-
 @dataclass
 class LeaderboardRow:
     method: str
@@ -119,8 +114,8 @@ class LeaderboardRow:
 
 
 def leaderboard(documents: Sequence[dict[str, Any]]) -> list[LeaderboardRow]:
-    """Per score and method over the images' bench bodies: mean, bootstrap interval and rank; then one row per
-    method that could not run, with its reason (the first image's: every image of a run has the same)."""
+    """Per score and method over the images' bench bodies: mean, bootstrap interval (vitcli.experiments.bootstrap)
+    and rank; then one row per method that could not run, with its reason (every image of a run has the same)."""
     values: dict[str, dict[str, list[float]]] = {}
     unavailable: dict[str, str] = {}
     for document in documents:
@@ -136,8 +131,10 @@ def leaderboard(documents: Sequence[dict[str, Any]]) -> list[LeaderboardRow]:
         means = {method: float(np.mean(listed)) for method, listed in values[score].items()}
         for method, listed in values[score].items():
             better = sum(1 for other in means.values() if other != means[method] and (other > means[method]) == higher)
-            low, high = bootstrap_interval(listed)
-            rows.append(LeaderboardRow(method, score, len(listed), means[method], low, high, better + 1))
+            interval = bootstrap_interval(sorted(listed), RESAMPLES, CONFIDENCE, BOOTSTRAP_SEED)
+            rows.append(
+                LeaderboardRow(method, score, len(listed), means[method], interval.low, interval.high, better + 1)
+            )
     rows.sort(key=lambda row: (list(SCORE_BY_NAME).index(row.score), row.rank, row.method))
     rows += [LeaderboardRow(method, "", reason=reason) for method, reason in unavailable.items()]
     return rows
@@ -202,46 +199,44 @@ def pair_masks(images: Sequence[Path], folder: Path) -> MaskedImages:
     return paired
 
 
-# ----- scenes' facts and Focus
+# ----- scenes' facts
 
 
 @dataclass(frozen=True)
 class SceneFacts:
-    """What a generated scene's sidecar MASKS/STEM.json says: the true class, the kind of scene and, for a mosaic,
-    the quadrants (0 top left, 1 top right, 2 bottom left, 3 bottom right) that hold the class."""
+    """What a generated scene's row of labels.csv (vitcli.scenes' layout, next to the image) says: the true class,
+    the kind of scene and, for a mosaic, the quadrants that hold the class (0 top left ... 3 bottom right)."""
 
     label: int | None = None
     kind: str = "single"
     quadrants: tuple[int, ...] = ()
 
+    def quadrant_flags(self) -> tuple[int, int, int, int]:
+        """The quadrants as four 0/1 flags in Quantus's order (vitcli.experiments.localisation.QUADRANTS)."""
+        return tuple(int(quadrant in self.quadrants) for quadrant in range(4))  # type: ignore[return-value]
 
-def scene_facts(folder: Path | None, image: Path) -> SceneFacts:
-    """The sidecar of `image` in the masks folder; none (a user's own masks): nothing known beyond the mask."""
-    import json
 
-    if folder is None:
+def scene_facts(image: Path) -> SceneFacts:
+    """The row of `image` in labels.csv beside it; none (a user's own images): nothing known beyond the mask."""
+    labels = image.parent / "labels.csv"
+    if not labels.is_file():
         return SceneFacts()
-    path = folder / f"{image.stem}.json"
-    if not path.is_file():
+    row = _labels(labels, labels.stat().st_mtime_ns).get(image.name)
+    if row is None:
         return SceneFacts()
-    facts = json.loads(path.read_text(encoding="utf-8"))
-    return SceneFacts(facts.get("label"), facts.get("kind", "single"), tuple(facts.get("quadrants") or ()))
+    try:
+        quadrants = tuple(int(word) for word in (row.get("quadrants") or "").split())
+        return SceneFacts(int(row["label"]), row.get("kind") or "single", quadrants)
+    except (KeyError, ValueError) as error:
+        raise VitcliError(
+            f"{labels}: the row of {image.name} is not a scene's (file, label, kind, quadrants)"
+        ) from error
 
 
-def focus(values: np.ndarray, quadrants: Sequence[int]) -> float | None:
-    """Focus (Arias-Duart et al. 2022) on a 2x2 mosaic: the share of the positive map mass in the quadrants that hold
-    the target class; None when the map has no positive mass. The patch grid is cut in halves (an odd count of rows
-    or columns leaves the middle one to the upper or left quadrant)."""
-    positive = np.clip(np.nan_to_num(np.asarray(values, dtype=float), nan=0.0), 0, None)
-    total = float(positive.sum())
-    if total <= 0:
-        return None
-    rows, cols = positive.shape
-    middle_row, middle_col = -(-rows // 2), -(-cols // 2)
-    pieces = (
-        positive[:middle_row, :middle_col],
-        positive[:middle_row, middle_col:],
-        positive[middle_row:, :middle_col],
-        positive[middle_row:, middle_col:],
-    )
-    return float(sum(pieces[quadrant].sum() for quadrant in set(quadrants)) / total)
+@functools.lru_cache(maxsize=8)
+def _labels(path: Path, modified: int) -> dict[str, dict[str, str]]:
+    """labels.csv by file name, read once per version of the file (`modified` keys the cache)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as stream:
+        return {row.get("file", ""): row for row in csv.DictReader(stream)}

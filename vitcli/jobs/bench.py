@@ -67,7 +67,6 @@ class BenchJob(ExplainJob):
         self,
         methods: list[str],
         scores: list[str],
-        masks: Path | None,
         block: int | None,
         fill: str,
         steps: int | None,
@@ -79,12 +78,10 @@ class BenchJob(ExplainJob):
         super().__init__(methods, None, block, fill, faithfulness, steps, 0, 0, gradients=gradients, audits=audits)
         self.requested = methods
         self.scores = scores
-        self.masks = masks
         self.unavailable: dict[str, str] = {}
 
     def use_masks(self, folder: Path) -> None:
-        """The masks (and scene facts) in `folder`, once the command has generated them."""
-        self.masks = folder
+        """The masks in `folder`, once the command has generated them."""
         if any(score.needs_masks and score.option in self.scores for score in SCORES):
             self.audits = replace(self.audits, masks=folder)
 
@@ -124,19 +121,19 @@ class BenchJob(ExplainJob):
         return {**super().settings(), "methods": self.requested, "scores": self.scores, "run_methods": self.methods}
 
     def compute(self, work: ImageWork) -> BenchResult:
-        from vitcli.experiments.bench import focus, image_scores, scene_facts
-
-        facts = scene_facts(self.masks, work.image.source.path)
-        explanation = self.explain_image(work, facts.label)
-        score_names = [score.name for score in SCORES if score.option in self.scores]
+        from vitcli.experiments.bench import image_scores, scene_facts
+        from vitcli.experiments.localisation import focus
         from vitcli.presentation.explain import document
         from vitcli.presentation.explain_audit import audits_json
 
+        facts = scene_facts(work.image.source.path)
+        explanation = self.explain_image(work, facts.label)  # a scene's true class; else the top-1
+        score_names = [score.name for score in SCORES if score.option in self.scores]
         body = {**document(explanation), "audits": audits_json(explanation)}
         scores = image_scores(body, self.methods, score_names)
         if facts.kind == "mosaic" and "focus" in score_names:
             for item in explanation.maps:
-                value = focus(item.values, facts.quadrants)
+                value = focus(item.values, facts.quadrant_flags(), work.model.map_grid.patch_size)
                 if value is not None:
                     scores[item.method]["focus"] = value
         scene = {"label": facts.label, "kind": facts.kind, "quadrants": list(facts.quadrants)}
@@ -222,4 +219,4 @@ def bench_jobs(
         sanity_seed=sanity_seed,
     )
     check_audit_options(audits)
-    return [BenchJob(methods, chosen, folder, block, str(fill), steps, gradients, audits)]
+    return [BenchJob(methods, chosen, block, str(fill), steps, gradients, audits)]

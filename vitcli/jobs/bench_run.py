@@ -3,14 +3,13 @@ become an in-memory config of one bench experiment that vitcli.batch.execute run
 `vitcli merge` work as for `vitcli run`; then the leaderboard is printed.
 
 With --scenes N and --mosaics M the generated scenes (vitcli.scenes) are the run's images, written through the output
-store: OUTPUT/bench/scenes-sSEED-nN-mM/images/STEM.png and .../masks/STEM.png with STEM.json (the scene's true class,
-kind and, for mosaics, quadrants), which bench reads beside the mask. Scenes already written are kept."""
+store in vitcli.scenes' layout: OUTPUT/bench/scenes-sSEED-nN-mM/NAME.png, masks/NAME.png and labels.csv (each scene's
+true class, kind and, for mosaics, target quadrants), which bench reads beside the images. Scenes already written are
+kept."""
 
 from __future__ import annotations
 
-import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,52 +23,32 @@ if TYPE_CHECKING:
 RUN_NAME = "bench"
 
 
-@dataclass(frozen=True)
-class SceneFolders:
-    images: Path
-    masks: Path
-
-
 def scene_folder_name(seed: int, scenes: int | None, mosaics: int | None) -> str:
     return "-".join(
         part for part in ("scenes", setting("s", seed), setting("n", scenes), setting("m", mosaics)) if part
     )
 
 
-def _png(array: Any) -> bytes:
-    from PIL import Image
-
-    stream = io.BytesIO()
-    Image.fromarray(array).save(stream, format="PNG")
-    return stream.getvalue()
-
-
-def publish_scenes(store: OutputStore, seed: int, scenes: int | None, mosaics: int | None) -> SceneFolders:
-    """Generate the scenes (vitcli.scenes, seeded) and write each image and mask through `store`; a scene whose files
-    the store already holds complete is not generated again."""
+def publish_scenes(store: OutputStore, seed: int, scenes: int | None, mosaics: int | None) -> Path:
+    """Generate the scenes (vitcli.scenes, seeded) and write them through `store` in vitcli.scenes' layout (NAME.png,
+    masks/NAME.png, labels.csv); returns the images' folder. Scenes the store already holds complete are kept."""
     from vitcli import scenes as generator
 
     name = scene_folder_name(seed, scenes, mosaics)
-    folders = SceneFolders(store.folder(RUN_NAME, name, "images"), store.folder(RUN_NAME, name, "masks"))
+    images, masks = store.folder(RUN_NAME, name), store.folder(RUN_NAME, name, "masks")
+    rows = []
     for kind, count in (("single", scenes), ("mosaic", mosaics)):
-        if not count:
-            continue
-        stems = [f"{kind}-{index:05d}" for index in range(count)]
-        if all(store.is_complete(folders.images, stem) and store.is_complete(folders.masks, stem) for stem in stems):
-            continue
-        for stem, scene in zip(stems, generator.scenes(seed, count, kind), strict=True):
-            facts = {
-                "label": int(scene.label),
-                "class": generator.CLASS_NAMES[scene.label],
-                "kind": scene.kind,
-                "quadrants": list(scene.quadrants),
-                "seed": seed,
-            }
-            record = {"command": "bench", "settings": {"scene_seed": seed, "kind": kind}}
-            store.write(folders.images, ResultFiles(stem, {"png": _png(scene.image)}, record))
-            mask = scene.mask.astype("uint8") * 255
-            store.write(folders.masks, ResultFiles(stem, {"png": _png(mask), "json": json.dumps(facts) + "\n"}, record))
-    return folders
+        for index in range(count or 0):
+            stem = generator.scene_name(kind, index)
+            record = {"command": "bench", "seed": seed, "index": index, "kind": kind}
+            scene = generator.scene(seed, index, kind)
+            if not (store.is_complete(images, stem) and store.is_complete(masks, stem)):
+                store.write(images, ResultFiles(stem, {"png": generator.png_bytes(scene.image)}, record))
+                store.write(masks, ResultFiles(stem, {"png": generator.png_bytes(scene.mask)}, record))
+            rows.append(generator.labels_row(stem, scene))
+    labels = {"csv": generator.labels_csv(rows)}
+    store.write(images, ResultFiles("labels", labels, {"command": "bench", "seed": seed}))
+    return images
 
 
 def run_bench(
@@ -99,10 +78,10 @@ def run_bench(
     (job,) = jobs
     context.check(jobs)  # every refusal before a scene is written or any weights load
     if generated:
-        folders = publish_scenes(OutputStore(context.output_dir), scene_seed, scenes, mosaics)
-        job.use_masks(folders.masks)
-        options = {**options, "masks": str(folders.masks)}  # the run's identity: which scenes
-        paths = context.images([str(folders.images)], shard=False)
+        folder = publish_scenes(OutputStore(context.output_dir), scene_seed, scenes, mosaics)
+        job.use_masks(folder / "masks")
+        options = {**options, "masks": str(folder / "masks")}  # the run's identity: which scenes
+        paths = context.images([str(folder)], shard=False)
     else:
         paths = context.images(images, shard=False)
         if job.audits.masks is not None:

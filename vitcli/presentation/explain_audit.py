@@ -223,6 +223,8 @@ def audits_json(result: Explanation) -> dict[str, Any]:
                     "top_patch": f"P{item.top_patch}",
                     "pointing_game": item.hit,
                     "mass_accuracy": item.mass_accuracy,
+                    "mass_accuracy_signed": item.mass_accuracy_signed,
+                    **({} if localisation.quadrants is None else {"focus": item.focus}),
                 }
                 for item in localisation.methods
             ],
@@ -281,6 +283,8 @@ def audits_json(result: Explanation) -> dict[str, Any]:
 SCORES = {
     "pointing_game": ("localisation", "pointing_game", True),
     "mass_accuracy": ("localisation", "mass_accuracy", True),
+    "mass_accuracy_signed": ("localisation", "mass_accuracy_signed", True),
+    "focus": ("localisation", "focus", True),
     "max_sensitivity": ("robustness", "max_sensitivity", False),
     "avg_sensitivity": ("robustness", "avg_sensitivity", False),
     "road_morf": ("road", "morf_mean", False),
