@@ -201,7 +201,7 @@ def bench_jobs(
     unknown = [choice for choice in methods if choice not in BENCH_METHODS]
     if unknown:
         raise UsageError(f"unknown method {unknown[0]!r}: choose from {', '.join(BENCH_METHODS)}")
-    mask_scores = [score.option for score in SCORES if score.needs_masks and score.option in chosen]
+    mask_scores = list(dict.fromkeys(score.option for score in SCORES if score.needs_masks and score.option in chosen))
     if masks is None and not masks_later and mask_scores:
         raise UsageError(
             f"--scores {','.join(mask_scores)} grade the maps against masks: give --masks DIR (or --scenes N), "

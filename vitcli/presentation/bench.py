@@ -4,7 +4,6 @@ recomputes a number: the leaderboard's rows come from vitcli.experiments.bench."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from rich.table import Table
@@ -55,7 +54,18 @@ def _not_run(unavailable: dict[str, str]) -> str | None:
 
 def leaderboard_rows(rows: Sequence[LeaderboardRow]) -> list[dict[str, Any]]:
     return [
-        {**asdict(row), "better": _better(row.score) if row.score else "", "confidence": CONFIDENCE} for row in rows
+        {
+            "score": row.score,
+            "rank": row.rank,
+            "method": row.method,
+            "images": row.images,
+            "mean": row.mean,
+            "low": row.low,
+            "high": row.high,
+            "better": _better(row.score) if row.score else "",
+            "reason": row.reason,
+        }
+        for row in rows
     ]
 
 
