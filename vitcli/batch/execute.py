@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitcli.batch.config import RunConfig, located
 from vitcli.batch.manifest import Manifest, plain_cells, stem, summary_frame
 from vitcli.batch.record import Record, RecordWriter, read_record
+from vitcli.batch.run_config import RunConfig, located
 from vitcli.batch.views import ACROSS, VIEWS_LOCK, Scope, merge_runs, record_view, stored_document, write_views
 from vitcli.errors import UsageError
 from vitcli.filenames import escaped_path, path_from_escaped

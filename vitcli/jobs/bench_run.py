@@ -61,8 +61,8 @@ def run_bench(
     force: bool,
 ) -> None:
     """Check everything before the model loads, write the scenes (if asked), run, print the leaderboard."""
-    from vitcli.batch.config import Experiment, RunConfig
     from vitcli.batch.execute import execute
+    from vitcli.batch.run_config import Experiment, RunConfig
     from vitcli.experiments.bench import check_scenes
     from vitcli.jobs.bench import bench_jobs
 
