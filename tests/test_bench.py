@@ -169,3 +169,34 @@ def test_generated_scenes_are_graded_against_their_own_masks_and_mosaics_get_foc
     assert "focus" not in documents["single-00000.png"]["bench"]["scores"]["edge"]
     # The scene's true class is the class explained.
     assert mosaic["target"]["class_index"] == mosaic["bench"]["scene"]["label"]
+
+
+BENCH_CONFIG = """
+images = ["data/images"]
+[model]
+weights = "random"
+[[experiments]]
+command = "bench"
+masks = "data/masks"
+method = ["gradcam", "edge"]
+scores = "pointing,mass"
+"""
+
+
+@pytest.mark.slow  # a `vitcli run` of two images: about 10 s
+def test_a_config_runs_bench_with_its_leaderboard(cli, workdir):
+    images_with_masks(workdir / "data", 2)
+    (workdir / "bench.toml").write_text(BENCH_CONFIG)
+    result = cli("run", workdir / "bench.toml")
+    assert result.exit_code == 0, result.stderr
+    rows = leaderboard(workdir / "outputs" / "bench")
+    assert {(row["method"], row["score"]) for row in rows} >= {("gradcam", "pointing_game"), ("edge", "relevance_mass")}
+
+
+def test_a_config_cannot_generate_scenes(cli, workdir, monkeypatch):
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    images_with_masks(workdir / "data", 2)
+    (workdir / "bench.toml").write_text(BENCH_CONFIG + "scenes = 3\n")
+    result = cli("run", workdir / "bench.toml")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: experiments[0].scenes: `bench` has no such option"), result.stderr

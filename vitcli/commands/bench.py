@@ -24,7 +24,6 @@ from vitcli.experiments.explain_options import DEFAULT_IG_STEPS, DEFAULT_NOISE, 
 from vitcli.jobs.bench import BENCH_METHODS, BENCH_STEPS
 from vitcli.jobs.explain_options import Baseline
 from vitcli.jobs.occlude import Fill
-from vitcli.options import ImagesArgument
 from vitcli.shell import vitcli_command
 
 BenchMethod = StrEnum("BenchMethod", {name.replace("-", "_"): name for name in BENCH_METHODS})
@@ -41,7 +40,14 @@ _SCENES = "Scenes"
 )
 def bench_command(
     context: CommandContext,
-    images: ImagesArgument = None,
+    images: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="IMAGE",
+            help="Image files, folders or globs to grade, with --masks DIR (or none, with --scenes).",
+            show_default=False,
+        ),
+    ] = None,
     method: Annotated[
         list[BenchMethod] | None,
         typer.Option(
