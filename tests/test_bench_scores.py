@@ -26,6 +26,7 @@ from vitcli.experiments.localisation import (
     mass_accuracy,
     mosaic_quadrants,
     pointing_game,
+    pointing_game_any_pixel,
     quadrant_share,
     signed_mass_accuracy,
 )
@@ -128,6 +129,17 @@ def test_pointing_game_differs_from_quantus_only_by_the_documented_protocol():
     assert list(expected) == [1.0, 1.0]
     assert shares(corner)[0, 0] < HIT_SHARE and not pointing_game(peak, shares(corner))
     assert not pointing_game(tied, shares(second))  # the tie goes to P1, off the object
+    assert pointing_game_any_pixel(peak, shares(corner)) and pointing_game_any_pixel(tied, shares(second))
+
+
+def test_pointing_game_any_pixel_equals_quantus_on_any_mask_with_ties():
+    rng = np.random.default_rng(16)
+    masks = [square_mask(rng, aligned=False) for _ in range(60)]
+    maps = [rng.integers(0, 4, (ROWS, ROWS)).astype(float) for _ in masks]  # many tied maxima
+    expected = quantus_scores(quantus.PointingGame, [pixels(m) for m in maps], masks)
+    ours = [pointing_game_any_pixel(values, shares(mask)) for values, mask in zip(maps, masks, strict=True)]
+    assert ours == [bool(score) for score in expected]
+    assert 0 < sum(ours) < len(ours)
 
 
 @pytest.mark.parametrize(("rows", "patch"), [(14, 16), (7, 32)], ids=["14x14", "7x7-straddling"])
@@ -262,6 +274,7 @@ def test_bootstrap_interval_leaves_absent_scores_out():
 # ----- through explain
 
 
+@pytest.mark.slow
 def test_explain_scores_the_baselines_and_focus_on_a_mosaic(cli, workdir, tmp_path):
     """A 2x2 mosaic photo 248x248 (the crop keeps its centre), its mask the top-right and bottom-left quadrants."""
     images, masks = tmp_path / "images", tmp_path / "masks"
@@ -271,16 +284,122 @@ def test_explain_scores_the_baselines_and_focus_on_a_mosaic(cli, workdir, tmp_pa
     mask = np.zeros((248, 248), dtype=np.uint8)
     mask[:124, 124:] = mask[124:, :124] = 255
     Image.fromarray(mask).save(masks / "mosaic.png")
-    result = cli("explain", images / "mosaic.png", *RANDOM_CPU, "-M", "random", "-M", "edge", "-M", "occlusion",
-                 "--masks", masks, "-f", "json")
+    result = cli(
+        "explain",
+        images / "mosaic.png",
+        *RANDOM_CPU,
+        "-M",
+        "random",
+        "-M",
+        "edge",
+        "-M",
+        "gradient",
+        "--masks",
+        masks,
+        "-f",
+        "json",
+    )
     assert result.exit_code == 0, result.stderr
-    body = json.loads(result.stdout)["result"]
+    ((document,),) = json.loads(result.stdout).values()
+    body = document["result"]
     localisation = body["audits"]["localisation"]
-    assert localisation["quadrants"] == [0, 1, 1, 0]
+    assert localisation["quadrants"] == ["top right", "bottom left"]
+    assert "focus" in localisation["definition"]
     maps = {item["method"]: np.array(item["values"]) for item in body["maps"]}
+    assert [entry["method"] for entry in localisation["methods"]] == ["random", "edge", "gradient"]
     for entry in localisation["methods"]:
         values = maps[entry["method"]]
         assert entry["focus"] == pytest.approx(focus(values, (0, 1, 1, 0)), abs=1e-12)
         assert entry["mass_accuracy_signed"] == pytest.approx(
             signed_mass_accuracy(values, np.array(localisation["object_share"])), abs=1e-12
         )
+
+
+@pytest.mark.slow
+def test_the_baselines_run_through_every_audit(tiny2, photo, tmp_path):
+    """Faithfulness beside its random patch orders, masks, robustness, ROAD and sanity; the baselines read no model,
+    so the sanity checks see the same maps at every step."""
+    from vitcli.experiments.explain import MapSettings, explain
+    from vitcli.experiments.explain_audits import audit
+    from vitcli.experiments.explain_options import AuditOptions
+    from vitcli.experiments.faithfulness import RANDOM, FaithfulnessOptions
+
+    prepared = tiny2.prepare(photo)
+    mask = np.zeros((64, 64), dtype=np.uint8)
+    mask[16:48, 16:48] = 1
+    Image.fromarray(mask * 255).save(tmp_path / f"{photo.stem}.png")
+    methods = ["random", "edge", "gradient"]
+    result = explain(tiny2, prepared, methods, target="3", faithfulness=FaithfulnessOptions(2, random_orders=2))
+    assert {method for method, _, _ in result.faithfulness.ranking()} == {*methods, RANDOM}
+    options = AuditOptions(masks=tmp_path, robustness=True, road=True, sanity=True)
+    audits = audit(tiny2, prepared, result, MapSettings(result.block), options)
+    assert [item.method for item in audits.localisation.methods] == methods
+    assert [item.method for item in audits.road.methods] == methods
+    sensitivity = {item.method: item.max for item in audits.robustness.methods}
+    assert sensitivity["edge"] < 0.1 < sensitivity["random"]  # a fresh draw for each perturbed input
+    for step in audits.sanity.steps:
+        for method in ("random", "edge"):
+            assert step.similarity[method].spearman_abs == 1.0
+    assert not audits.sanity.passed("random") and not audits.sanity.passed("edge")
+
+
+def test_the_scores_reach_the_table_json_and_summary_named():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from vitcli.experiments.localisation import Localisation, score_map
+    from vitcli.presentation.explain_audit import audit_scores, audits_json, localisation_table
+
+    share = shares(square_mask(np.random.default_rng(14), aligned=True))
+    values = np.random.default_rng(15).normal(0.3, 1.0, (ROWS, ROWS))
+    for quadrants in (None, (1, 0, 0, 1)):
+        localisation = Localisation(Path("m.png"), "binary", False, share, [score_map("ig", values, share, quadrants)])
+        localisation.quadrants = quadrants
+        empty = dict(robustness=None, road=None, sanity=None)
+        body = audits_json(SimpleNamespace(audits=SimpleNamespace(localisation=localisation, **empty)))
+        scores = audit_scores({"audits": body})
+        assert scores["mass_accuracy"]["ig"] == mass_accuracy(values, share)
+        assert scores["mass_accuracy_signed"]["ig"] == signed_mass_accuracy(values, share)
+        assert ("focus" in scores) == (quadrants is not None)
+        console = Console(width=200, record=True)
+        console.print(localisation_table(localisation))
+        shown = console.export_text()
+        assert "mass accuracy signed" in shown and ("Focus" in shown) == (quadrants is not None)
+    assert scores["focus"]["ig"] == focus(values, (1, 0, 0, 1))
+
+
+def test_the_random_baselines_seed_names_its_results_and_the_edge_map_needs_none():
+    from vitcli.jobs.explain import explain_jobs
+
+    def name(method: str, seed: int, **audits) -> str:
+        return explain_jobs(method=[method], noise_seed=seed, **audits)[0].name()
+
+    assert name("random", 0) != name("random", 5) and name("random", 5).endswith("-ns5")
+    assert name("random", 5, road=True).count("ns5") == 1  # the audits' part carries it once
+    assert name("edge", 0) == name("edge", 5)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (dict(resamples=0), "bootstrap resamples must be at least 1, not 0"),
+        (dict(confidence=1.0), "bootstrap confidence must be between 0 and 1, not 1.0"),
+        (dict(seed=-1), "bootstrap seed must be at least 0, not -1"),
+    ],
+)
+def test_bootstrap_interval_refuses_settings_out_of_range(arguments, message):
+    from vitcli.errors import UsageError
+
+    with pytest.raises(UsageError) as refused:
+        bootstrap_interval([0.5, 0.7], **arguments)
+    assert str(refused.value) == message
+
+
+def test_quadrant_flags_are_checked():
+    from vitcli.errors import VitcliError
+
+    for flags in [(0, 0, 0, 0), (1, 0, 0), (2, 0, 0, 0)]:
+        with pytest.raises(VitcliError, match="target quadrants must be four 0/1 flags"):
+            focus(np.ones((ROWS, ROWS)), flags)

@@ -156,7 +156,10 @@ def test_faithfulness_over_images_figure_draws_each_methods_mean():
     from vitcli.experiments.faithfulness import MethodSpread
     from vitcli.presentation.faithfulness import spread_figure
 
-    spreads = [MethodSpread("attention", 3, 0.2, 0.05, 0.6, 0.1), MethodSpread("random-orders", 3, 0.4, 0.01, 0.5, 0.02)]
+    spreads = [
+        MethodSpread("attention", 3, 0.2, 0.05, 0.6, 0.1),
+        MethodSpread("random-orders", 3, 0.4, 0.01, 0.5, 0.02),
+    ]
     fig = spread_figure(spreads, "RANDOM (seed 0)")
     deletion, insertion = fig.axes
     assert [bar.get_width() for bar in deletion.patches] == pytest.approx([0.2, 0.4])

@@ -65,7 +65,9 @@ def explain_command(
             help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
             "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch), ig (Integrated "
             "Gradients), smoothgrad, gradient (gradient x input), dla (each patch's direct contribution through "
-            "every block's attention heads, attribute --by token summed); repeatable. "
+            "every block's attention heads, attribute --by token summed), and two baselines that read no model: random "
+            "(uniform per patch, seeded by --noise-seed and the image) and edge (the input's Sobel magnitude); "
+            "repeatable. "
             f"Default: {', '.join(DEFAULT_METHODS)}.",
             show_default=False,
         ),

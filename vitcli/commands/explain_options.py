@@ -48,7 +48,8 @@ NoiseOption = Annotated[
 NoiseSeedOption = Annotated[
     int,
     typer.Option(
-        help="Seed of SmoothGrad's noise, --robustness's perturbations and --road's imputation noise.",
+        help="Seed of SmoothGrad's noise, --robustness's perturbations, --road's imputation noise and the random "
+        "baseline's maps.",
         rich_help_panel=_GRADIENTS,
     ),
 ]
@@ -57,7 +58,8 @@ MasksOption = Annotated[
     Path | None,
     typer.Option(
         help="Folder of segmentation masks, IMAGE_STEM.png each (Oxford-IIIT Pet trimaps: 1 = object; others: "
-        "non-zero = object): the pointing game and relevance mass accuracy of every map.",
+        "non-zero = object): the pointing game and relevance mass accuracy (positive and signed) of every map, and "
+        "Focus when a mask is one to three whole quadrants (a 2x2 mosaic's target quadrants).",
         show_default=False,
         rich_help_panel=_AUDITS,
     ),

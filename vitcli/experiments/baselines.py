@@ -16,7 +16,6 @@ import hashlib
 
 import numpy as np
 import torch
-from scipy import ndimage
 
 from vitcli.grid import PatchGrid
 from vitcli.model import PreparedImage, VitModel
@@ -42,6 +41,8 @@ def random_map(pixels: torch.Tensor, rows: int, cols: int, seed: int) -> np.ndar
 
 def edge_magnitude(rgb: np.ndarray) -> np.ndarray:
     """(H, W) Sobel gradient magnitude of the luma of a (3, H, W) image."""
+    from scipy import ndimage  # here: explain imports this module, and most runs draw no edge map
+
     gray = np.tensordot(np.asarray(LUMA), rgb.astype(np.float64), axes=1)
     return np.hypot(ndimage.sobel(gray, axis=0, mode="reflect"), ndimage.sobel(gray, axis=1, mode="reflect"))
 

@@ -23,7 +23,7 @@ Against Quantus 0.6.0 on the patch map repeated over each patch's pixels (tests/
 Focus are equal (Focus up to Quantus's 1e-9 added to the denominator). The pointing game differs by protocol: Quantus
 counts a hit when any pixel of any tied maximum lies on the object; here the one largest patch (ties by patch number)
 needs at least HIT_SHARE of its pixels on it. On masks that cover each patch wholly or not at all, without tied
-maxima, the two agree.
+maxima, the two agree; pointing_game_any_pixel is Quantus's protocol, for comparison with papers that used it.
 """
 
 from __future__ import annotations
@@ -122,6 +122,12 @@ def top_patch(values: np.ndarray) -> int:
 def pointing_game(values: np.ndarray, share: np.ndarray) -> bool:
     """A hit when the largest patch has at least HIT_SHARE of its pixels on the object."""
     return bool(share.reshape(-1)[top_patch(values)] >= HIT_SHARE)
+
+
+def pointing_game_any_pixel(values: np.ndarray, share: np.ndarray) -> bool:
+    """Quantus's protocol at patch resolution: a hit when any tied largest patch has any pixel on the object."""
+    flat = np.where(np.isnan(values.reshape(-1)), -np.inf, values.reshape(-1))
+    return bool((share.reshape(-1)[flat == flat.max()] > 0).any())
 
 
 def mass_accuracy(values: np.ndarray, share: np.ndarray) -> float | None:

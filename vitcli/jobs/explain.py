@@ -134,7 +134,9 @@ class ExplainJob(FollowsEmbedding, Job):
             parts += [setting("ig", self.gradients.ig_steps), self.gradients.baseline]
         if "smoothgrad" in self.methods:
             parts += [setting("n", self.gradients.samples), setting("s", self.gradients.noise)]
-        if ("smoothgrad" in self.methods or "random" in self.methods) and not (self.audits.robustness or self.audits.road):
+        if ("smoothgrad" in self.methods or "random" in self.methods) and not (
+            self.audits.robustness or self.audits.road
+        ):
             parts.append(setting("ns", self.gradients.seed))  # the audits' parts carry it otherwise
         parts += audit_name_parts(self.audits, self.gradients)
         if self.faithfulness:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from vitcli.experiments.attribution import RECONSTRUCTION_TOLERANCE
 from vitcli.experiments.explain import Explanation, MethodMap
-from vitcli.experiments.localisation import HIT_SHARE, Localisation
+from vitcli.experiments.localisation import HIT_SHARE, QUADRANTS, Localisation, MethodLocalisation
 from vitcli.experiments.road import Road
 from vitcli.experiments.robustness import Robustness
 from vitcli.grid import PatchGrid
@@ -155,17 +155,53 @@ def audit_tables(result: Explanation) -> list[Table]:
 
 def localisation_table(localisation: Localisation) -> Table:
     resized = ", resized to the image (nearest)" if localisation.resized else ""
+    mosaic = localisation.quadrants is not None
+    quadrants = f"; a mosaic's target quadrants: {', '.join(_quadrant_names(localisation.quadrants))}" if mosaic else ""
     table = Table(
-        title=f"localisation against {localisation.mask.name} ({localisation.kind}{resized})",
+        title=f"localisation against {localisation.mask.name} ({localisation.kind}{resized}{quadrants})",
         caption=f"pointing game: the largest patch has at least {HIT_SHARE:g} of its pixels on the object; "
-        "relevance mass accuracy: share of the positive map mass on the object (higher is better)",
+        "mass accuracy: share of the positive map mass on the object; signed: sum of the values on the object / "
+        "sum of all values (Quantus's)"
+        + ("; Focus: share of the positive mass in the target quadrants" if mosaic else "")
+        + " (higher is better)",
     )
-    for column in ("method", "top patch", "pointing game", "mass accuracy"):
+    columns = ["method", "top patch", "pointing game", "mass accuracy", "mass accuracy signed"]
+    for column in columns + (["Focus"] if mosaic else []):
         table.add_column(column, justify="left" if column == "method" else "right")
     for item in localisation.methods:
         mass = "no positive mass" if item.mass_accuracy is None else f"{item.mass_accuracy:.4g}"
-        table.add_row(item.method, f"P{item.top_patch}", "hit" if item.hit else "miss", mass)
+        signed = "sum 0" if item.mass_accuracy_signed is None else f"{item.mass_accuracy_signed:.4g}"
+        cells = [item.method, f"P{item.top_patch}", "hit" if item.hit else "miss", mass, signed]
+        if mosaic:
+            cells.append("no positive mass" if item.focus is None else f"{item.focus:.4g}")
+        table.add_row(*cells)
     return table
+
+
+def _quadrant_names(quadrants: tuple[int, ...]) -> list[str]:
+    return [name for name, flag in zip(QUADRANTS, quadrants, strict=True) if flag]
+
+
+LOCALISATION_DEFINITION = (
+    "pointing_game: the largest patch (ties by patch number) has at least hit_share of its pixels on the object; "
+    "mass_accuracy: sum of max(v, 0) x object share / sum of max(v, 0), the positive mass only; "
+    "mass_accuracy_signed: sum of v x object share / sum of v (Quantus's RelevanceMassAccuracy)"
+)
+FOCUS_DEFINITION = (
+    "; focus: sum of max(v, 0) in the target quadrants / sum of max(v, 0) (Arias-Duart et al. 2022), the mask being "
+    "whole quadrants of a 2x2 mosaic"
+)
+
+
+def _localisation_json(item: MethodLocalisation, mosaic: bool) -> dict[str, Any]:
+    body = {
+        "method": item.method,
+        "top_patch": f"P{item.top_patch}",
+        "pointing_game": item.hit,
+        "mass_accuracy": item.mass_accuracy,
+        "mass_accuracy_signed": item.mass_accuracy_signed,
+    }
+    return body | ({"focus": item.focus} if mosaic else {})
 
 
 def robustness_table(robustness: Robustness) -> Table:
@@ -216,18 +252,10 @@ def audits_json(result: Explanation) -> dict[str, Any]:
             "object": "value 1" if localisation.kind == "trimap" else "non-zero values",
             "resized": localisation.resized,
             "hit_share": HIT_SHARE,
+            "definition": LOCALISATION_DEFINITION + (FOCUS_DEFINITION if localisation.quadrants is not None else ""),
+            "quadrants": None if localisation.quadrants is None else _quadrant_names(localisation.quadrants),
             "object_share": localisation.object_share.tolist(),
-            "methods": [
-                {
-                    "method": item.method,
-                    "top_patch": f"P{item.top_patch}",
-                    "pointing_game": item.hit,
-                    "mass_accuracy": item.mass_accuracy,
-                    "mass_accuracy_signed": item.mass_accuracy_signed,
-                    **({} if localisation.quadrants is None else {"focus": item.focus}),
-                }
-                for item in localisation.methods
-            ],
+            "methods": [_localisation_json(item, localisation.quadrants is not None) for item in localisation.methods],
         }
     if audits.robustness is not None:
         robustness = audits.robustness
