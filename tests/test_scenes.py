@@ -4,7 +4,10 @@ what they say, and the folder layout's PNG round trip."""
 from __future__ import annotations
 
 import csv
+import json
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,3 +157,44 @@ def test_the_folder_round_trips_through_png(tmp_path):
 def test_bad_arguments_are_refused(seed, index, kind):
     with pytest.raises(ValueError):
         scene(seed, index, kind)
+
+
+def test_the_shipped_examples_are_the_scenes_their_readme_names():
+    folder = Path(__file__).resolve().parents[1] / "examples" / "images" / "shapes"
+    table = re.findall(r"^\| (\S+\.png) \| (\d+) \| (\d+) \| (\w+) \|$", (folder / "README.md").read_text(), re.M)
+    read = {file: (image, mask, row) for file, image, mask, row in scenes.read_folder(folder)}
+    assert sorted(read) == sorted(file for file, *_ in table)
+    for file, series, index, kind in table:
+        item = scene(int(series), int(index), kind)
+        image, mask, row = read[file]
+        assert np.array_equal(image, item.image) and np.array_equal(mask, item.mask)
+        assert row == scenes.labels_row(file.removesuffix(".png"), item)
+
+
+def test_the_scenes_command_writes_scenes_masks_and_labels_through_the_store(cli, tmp_path):
+    result = cli("scenes", "--count", "3", "--seed", "4", "--kind", "bam", "--output-dir", tmp_path)
+    assert result.exit_code == 0, result.stderr
+    folder = tmp_path / "scenes-bam-s4"
+    assert "wrote 3 bam scenes" in result.stderr and str(folder) in result.stderr
+    read = list(scenes.read_folder(folder))
+    for (_, image, mask, row), item in zip(read, scenes.scenes(4, 3, "bam"), strict=True):
+        assert np.array_equal(image, item.image) and np.array_equal(mask, item.mask)
+        assert row["class"] == CLASS_NAMES[item.label]
+    assert json.loads((folder / "index.json").read_text())["results"]["labels"]["files"]
+    assert {path.name for path in tmp_path.iterdir()} == {"scenes-bam-s4"}  # nothing else in the output folder
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--count", "0"], "--count must be between 1 and 1000000 (scenes written in one call), not 0"),
+        (["--count", "-3"], "--count must be between 1 and 1000000 (scenes written in one call), not -3"),
+        (["--seed", "-1"], "--seed must be between 0 and 9223372036854775807 (a scene series), not -1"),
+        (["--kind", "collage"], "--kind 'collage' is not a scene kind: one of single, mosaic, bam"),
+    ],
+)
+def test_the_scenes_command_refuses_bad_counts_seeds_and_kinds_before_drawing(cli, tmp_path, arguments, message):
+    result = cli("scenes", *arguments, "--output-dir", tmp_path)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {message}"
+    assert list(tmp_path.iterdir()) == []

@@ -113,7 +113,7 @@ def train(
         running_loss += loss.item() * len(labels)
         running_correct += int((logits.argmax(1) == labels).sum())
         seen += len(labels)
-        if (step + 1) % 50 == 0 or step + 1 == settings.steps:
+        if (step + 1) % 25 == 0 or step + 1 == settings.steps:
             elapsed = time.perf_counter() - started
             report(
                 f"step {step + 1}/{settings.steps}  loss {running_loss / seen:.3f}  "
