@@ -93,8 +93,19 @@ class SceneParts:
     obj: ShapeObject
 
 
-def scene(seed: int, index: int, kind: str = "single") -> Scene:
-    """Scene `index` of the series `seed` (both >= 0): deterministic in (seed, index, kind)."""
+@dataclass(frozen=True)
+class Layout:
+    """What a scene is made of, before its pixels are composed (tests and benchmarks read the parts)."""
+
+    kind: str
+    label: int
+    parts: tuple[SceneParts, ...]  # single and bam: one (bam: the donor's clutter, the pasted object); mosaic: four
+    quadrants: tuple[int, ...] = ()
+    donor_label: int | None = None  # bam: the class of the scene whose background was taken
+
+
+def layout(seed: int, index: int, kind: str = "single") -> Layout:
+    """The parts of scene `index` of the series `seed` (both >= 0): deterministic in (seed, index, kind)."""
     if kind not in KIND_CODE:
         raise ValueError(f"unknown scene kind {kind!r}: one of {', '.join(KINDS)}")
     if seed < 0 or index < 0:
@@ -102,11 +113,38 @@ def scene(seed: int, index: int, kind: str = "single") -> Scene:
     rng = np.random.default_rng((seed, index, KIND_CODE[kind]))
     if kind == "single":
         parts = single_parts(rng, SIZE)
-        image, mask = compose(parts)
-        return Scene(image, mask, parts.obj.label, kind)
+        return Layout(kind, parts.obj.label, (parts,))
     if kind == "mosaic":
-        return _mosaic(rng)
-    return _bam(rng)
+        target, quadrants, labels = mosaic_labels(rng)
+        quarters = tuple(single_parts(rng, SIZE // 2, label) for label in labels)
+        return Layout(kind, target, quarters, quadrants)
+    obj = _random_object(rng, int(rng.integers(len(CLASS_NAMES))), SIZE, 1.0)
+    donor_label = int(rng.choice([c for c in range(len(CLASS_NAMES)) if c != obj.label]))
+    pasted = _dilate(object_mask(obj, SIZE), DISTRACTOR_MARGIN)
+    donor = single_parts(rng, SIZE, donor_label, keep_clear=pasted)  # its object is never painted: removed
+    return Layout(kind, obj.label, (SceneParts(donor.clutter, donor.distractors, obj),), donor_label=donor_label)
+
+
+def render(drawn: Layout) -> Scene:
+    """The scene's pixels and mask from its parts."""
+    if drawn.kind != "mosaic":
+        image, mask = compose(drawn.parts[0])
+        return Scene(image, mask, drawn.label, drawn.kind)
+    half = SIZE // 2
+    image = np.empty((SIZE, SIZE, 3), np.uint8)
+    mask = np.zeros((SIZE, SIZE), bool)
+    for quadrant, parts in enumerate(drawn.parts):
+        part_image, part_mask = compose(parts)
+        top, left = half * (quadrant // 2), half * (quadrant % 2)
+        image[top : top + half, left : left + half] = part_image
+        if quadrant in drawn.quadrants:
+            mask[top : top + half, left : left + half] = part_mask
+    return Scene(image, mask, drawn.label, drawn.kind, drawn.quadrants)
+
+
+def scene(seed: int, index: int, kind: str = "single") -> Scene:
+    """Scene `index` of the series `seed` (both >= 0): deterministic in (seed, index, kind), whatever else is drawn."""
+    return render(layout(seed, index, kind))
 
 
 def scenes(seed: int, count: int, kind: str = "single") -> Iterator[Scene]:
@@ -188,30 +226,6 @@ def mosaic_labels(rng: np.random.Generator) -> tuple[int, tuple[int, ...], list[
     quadrants = tuple(sorted(int(q) for q in rng.choice(4, size=2, replace=False)))
     labels = [target if q in quadrants else other.pop() for q in range(4)]
     return target, quadrants, labels
-
-
-def _mosaic(rng: np.random.Generator) -> Scene:
-    target, quadrants, labels = mosaic_labels(rng)
-    half = SIZE // 2
-    image = np.empty((SIZE, SIZE, 3), np.uint8)
-    mask = np.zeros((SIZE, SIZE), bool)
-    for quadrant, label in enumerate(labels):
-        part_image, part_mask = compose(single_parts(rng, half, label))
-        top, left = half * (quadrant // 2), half * (quadrant % 2)
-        image[top : top + half, left : left + half] = part_image
-        if quadrant in quadrants:
-            mask[top : top + half, left : left + half] = part_mask
-    return Scene(image, mask, target, "mosaic", quadrants)
-
-
-def _bam(rng: np.random.Generator) -> Scene:
-    obj = _random_object(rng, int(rng.integers(len(CLASS_NAMES))), SIZE, 1.0)
-    donor_label = int(rng.choice([c for c in range(len(CLASS_NAMES)) if c != obj.label]))
-    pasted = _dilate(object_mask(obj, SIZE), DISTRACTOR_MARGIN)
-    donor = single_parts(rng, SIZE, donor_label, keep_clear=pasted)  # its object is never painted: removed
-    image = donor.clutter.copy()
-    mask = paint_object(image, obj)
-    return Scene(image, mask, obj.label, "bam")
 
 
 def _random_object(rng: np.random.Generator, label: int, size: int, scale: float) -> ShapeObject:
