@@ -75,6 +75,11 @@ def test_the_leaderboard_is_the_mean_of_the_images_scores_with_an_interval_aroun
         top = int(item["top_patch"][1:]) - 1
         assert document["bench"]["scores"][item["method"]]["pointing_game"] == float(share.reshape(-1)[top] >= 0.5)
     assert "bench leaderboard over 3 images" in result.stdout
+    # The report shows the leaderboard as a table, with its figure.
+    assert cli("report", workdir / "outputs" / "bench").exit_code == 0
+    page = (workdir / "outputs" / "bench" / "report.html").read_text()
+    assert "bench leaderboard: mean and 95% bootstrap interval per method and score" in page
+    assert "-across-images.png" in page and "<td>relevance_mass_signed</td>" in page
 
 
 @pytest.mark.slow  # three runs of three images: about 20 s
