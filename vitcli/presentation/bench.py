@@ -124,6 +124,11 @@ def leaderboard_figure(rows: Sequence[LeaderboardRow], weights: str) -> Any:
         panel.barh(positions, means, xerr=errors, color=colours, capsize=3)
         panel.set_yticks(positions, [row.method for row in mine], fontsize=8)
         panel.invert_yaxis()
+        for position, row in zip(positions, mine, strict=True):
+            panel.text(row.high, position, f"  {row.mean:.3g}", va="center", fontsize=7)  # beyond the interval
+        low, high = min(row.low for row in mine), max(row.high for row in mine)
+        reach = max(abs(low), abs(high)) or 1.0  # all zero (an untrained model's pointing game): a unit axis
+        panel.set_xlim(min(0.0, low) - 0.05 * reach, max(0.0, high) + 0.3 * reach)
         panel.set_title(f"{name} ({_better(name)})", fontsize=9)
     images = max((row.images for row in scored), default=0)
     figures.title(fig, f"bench over {images} images: mean and {CONFIDENCE:.0%} bootstrap interval", weights)
