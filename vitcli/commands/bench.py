@@ -33,6 +33,7 @@ _SCENES = "Scenes"
 @vitcli_command(
     "bench",
     examples=[
+        "vitcli bench examples/images/shapes --masks examples/images/shapes/masks --model shapes",
         "vitcli bench --scenes 100 --mosaics 20 --scene-seed 1",
         "vitcli bench photos/ --masks photos-masks/ --scores pointing,mass,deletion,insertion",
         "vitcli bench --scenes 200 --shard 1/2 && vitcli bench --scenes 200 --shard 2/2 && vitcli merge outputs/bench",
