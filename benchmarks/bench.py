@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from vitcli.errors import UsageError
 from vitcli.images import resolve_images
 from vitcli.jobs import ImageWork
 from vitcli.jobs.bench import BENCH_METHODS, bench_jobs
@@ -35,9 +36,10 @@ from vitcli.spec import WeightsSpec
 
 
 def seconds_per_image(model, architecture, paths: list[Path], method: str, scores: str, masks: Path) -> list[float]:
-    (job,) = bench_jobs(method=[method], scores=scores, masks=str(masks))
-    job.check(architecture)
-    if not job.methods:
+    (job,) = bench_jobs(method=[method], scores=scores, masks=masks)
+    try:
+        job = job.plan(architecture)
+    except UsageError:  # no method of the job runs on the model
         return []
     times = []
     for path in paths:

@@ -267,8 +267,7 @@ def job_name(options: dict) -> str:
     from vitcli.spec import WeightsSpec
 
     (job,) = ablate_jobs(**options)
-    job.check(describe(WeightsSpec(random=True)))
-    return job.name()
+    return job.plan(describe(WeightsSpec(random=True))).name()
 
 
 def reference_folder(workdir, name, readable, unreadable):

@@ -220,6 +220,5 @@ def test_a_sharded_run_refuses_views_about_the_images_together(cli, monkeypatch,
     result = cli("run", config, "--shard", "1/2")
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
-    assert "--shard 1/2: anatomy-cka-mb32 is about the run's images together and needs them all in one process" in (
-        result.stderr
-    )
+    assert "--shard 1/2: experiments[0] (anatomy) is about the run's images together" in result.stderr
+    assert "and needs them all in one process" in result.stderr

@@ -6,8 +6,7 @@ level or inside a function (a function-level import still ties A to B; it only d
 `from package import name` is an arrow to `package.name` when that is a module, else to the package. Importing
 `a.b` also runs `a/__init__.py` first; those arrows to a module's own enclosing packages are left out, implicit or
 written (`from vitcli import __version__` in vitcli.shell reads a name of a package that already ran). The modules
-`vitcli.job_registry` imports by name from its table (JOB_MODULES), and those `vitcli.commands` imports from its
-table (COMMAND_MODULES), are arrows too: a lazy import is still an import.
+`vitcli.job_registry` imports by name from its table (JOB_MODULES) are arrows too: a lazy import is still an import.
 
 docs/architecture.md describes the layers this test enforces.
 """
@@ -83,11 +82,11 @@ def import_graph() -> dict[str, set[str]]:
 
 
 # Modules that import modules by name from a table (module -> the table's name): each name is an arrow.
-MODULE_TABLES = {"vitcli.job_registry": "JOB_MODULES", "vitcli.commands": "COMMAND_MODULES"}
+MODULE_TABLES = {"vitcli.job_registry": "JOB_MODULES"}
 
 
 def table_modules(path: Path, table: str) -> set[str]:
-    """The module paths in a table of module names (JOB_MODULES, COMMAND_MODULES), as `ast` reads the literal."""
+    """The module paths in a table of module names (JOB_MODULES), as `ast` reads the literal."""
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == table for t in node.targets):
             return set(ast.literal_eval(node.value).values())
@@ -133,18 +132,6 @@ def in_cli_layer(module: str) -> bool:
     return any(module == layer or module.startswith(layer + ".") for layer in CLI_LAYER)
 
 
-# The arrows from the library into the CLI layer that remain, each with its reason; the test fails on any other, and
-# on a listed one that is gone (so this list only shrinks). They have one cause: `vitcli run` configs and the Python
-# API convert an option through the click parameter the command line has for it (vitcli.batch.config), which Typer
-# builds from the command's Typer function. The Jobs and their builders are below the CLI (vitcli.jobs); the option
-# declarations are not yet (issue 29: options as the Jobs' typed fields, from which Typer's are made).
-REACHES_THROUGH_COMMAND_MODULES = {
-    "vitcli.batch.config -> vitcli.commands",  # imports the one command module that puts the command on the app
-    "vitcli.batch.config -> vitcli.shell",  # the app's click parameters convert options; reword_bad_value words them
-    "vitcli.batch.config -> vitcli.options",  # SHARED_NAMES: set in a config's [model]/[output], not per experiment
-}
-
-
 def back_edges(graph: dict[str, set[str]]) -> list[str]:
     """Arrows from the library up into the CLI layer."""
     return [
@@ -174,11 +161,10 @@ def test_no_import_cycles():
 
 
 def test_the_library_does_not_import_the_cli():
+    """`vitcli run` configs and the Python API convert an option through a click parameter built from the builder's
+    own declaration (vitcli.declared_options), not through the command line's app."""
     found = back_edges(import_graph())
-    new = [edge for edge in found if edge not in REACHES_THROUGH_COMMAND_MODULES]
-    gone = sorted(REACHES_THROUGH_COMMAND_MODULES - set(found))
-    assert not new, "the library imports the CLI layer (" + ", ".join(CLI_LAYER) + "):\n" + "\n".join(new)
-    assert not gone, "no longer imported: remove from REACHES_THROUGH_COMMAND_MODULES:\n" + "\n".join(gone)
+    assert not found, "the library imports the CLI layer (" + ", ".join(CLI_LAYER) + "):\n" + "\n".join(found)
 
 
 def test_the_job_registry_lists_what_the_cli_registers():
@@ -191,18 +177,49 @@ def test_the_job_registry_lists_what_the_cli_registers():
     assert {command: JOB_BUILDERS[command].__module__ for command in JOB_MODULES} == JOB_MODULES
 
 
-def test_the_command_table_names_the_module_that_puts_each_command_on_the_app():
-    """The table `vitcli run` and the API use to convert an option as the command line does."""
+def _described(parameter) -> dict:
+    """What makes a click parameter convert and refuse a value: its names, type, default, range and kind."""
+    descriptor = parameter.type_descriptor
+    return {
+        "opts": parameter.opts + parameter.secondary_opts,
+        "type": repr(descriptor.annotation),
+        "choices": repr(descriptor.choices),
+        "default": repr(parameter.default),
+        "multiple": parameter.multiple,
+        "flag": parameter.is_flag,
+        "range": (getattr(parameter, "min", None), getattr(parameter, "max", None)),
+    }
+
+
+def test_configs_convert_each_option_as_the_command_line_does():
+    """For every command, the options a `vitcli run` config (and the API) converts are the command line's own: the
+    same names, types, choices, defaults and ranges; the shared options too. Both are built from one declaration per
+    option, so they cannot drift apart."""
     import typer.main
 
     import vitcli.cli  # noqa: F401  (puts every command on the app)
-    from vitcli.commands import COMMAND_MODULES
+    from vitcli.batch.config import _click_parameters, _parameters_declared
     from vitcli.job_registry import JOB_MODULES
+    from vitcli.shared_options import SHARED_NAMES, shared_parameters
     from vitcli.shell import app
 
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    assert sorted(COMMAND_MODULES) == sorted(JOB_MODULES)
-    assert {command: commands[command].callback.__module__ for command in COMMAND_MODULES} == COMMAND_MODULES
+    for command in JOB_MODULES:
+        on_the_command_line = {
+            parameter.name: _described(parameter)
+            for parameter in commands[command].params
+            if parameter.param_type_name == "option"
+        }
+        in_a_config = {name: _described(parameter) for name, parameter in _click_parameters(command).items()}
+        assert in_a_config == on_the_command_line, command
+        assert list(in_a_config) == list(on_the_command_line), command  # --help's order is the builder's
+        assert set(SHARED_NAMES) < set(in_a_config), command
+    run_options = {parameter.name: parameter for parameter in commands["run"].params}
+    shared = _parameters_declared(shared_parameters())  # what a config's [model] and [output] convert through
+    assert list(shared) == SHARED_NAMES
+    assert {name: _described(parameter) for name, parameter in shared.items()} == {
+        name: _described(run_options[name]) for name in SHARED_NAMES
+    }
 
 
 def test_the_api_finds_a_builder_without_importing_the_cli():

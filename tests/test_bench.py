@@ -198,13 +198,18 @@ def test_a_config_runs_bench_with_its_leaderboard(cli, workdir):
     assert {(row["method"], row["score"]) for row in rows} >= {("gradcam", "pointing_game"), ("edge", "relevance_mass")}
 
 
-def test_a_config_cannot_generate_scenes(cli, workdir, monkeypatch):
+@pytest.mark.parametrize(("key", "option"), [("scenes = 3", "--scenes"), ("force = true", "--force")])
+def test_a_config_cannot_generate_scenes(cli, workdir, monkeypatch, key, option):
+    """The command's own options (its scenes, its reruns) are declared with the rest, so a config knows them, and
+    refuses them by name: a config's bench grades the run's images."""
     monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
     images_with_masks(workdir / "data", 2)
-    (workdir / "bench.toml").write_text(BENCH_CONFIG + "scenes = 3\n")
+    (workdir / "bench.toml").write_text(BENCH_CONFIG + key + "\n")
     result = cli("run", workdir / "bench.toml")
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: experiments[0].scenes: `bench` has no such option"), result.stderr
+    where = option.removeprefix("--")
+    assert result.stderr.startswith(f"error: experiments[0].{where}: {option} belongs to `vitcli bench`"), result.stderr
+    assert "grades the run's images against `masks`" in result.stderr
 
 
 @pytest.mark.slow  # 30 scenes, the random baseline only: about 20 s

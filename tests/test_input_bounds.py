@@ -188,11 +188,7 @@ def test_model_dependent_defaults_are_resolved_against_the_architecture():
     architecture = describe(WeightsSpec(random=True))
     few = type(architecture)(**{**architecture.__dict__, "num_classes": 3, "labels": ("a", "b", "c")})
     for job in (PredictJob(), CompareJob()):
-        job.check(few)
-        assert job.top_k == 3
-        job = type(job)()
-        job.check(architecture)
-        assert job.top_k == 5
-    attend = AttendJob(View.map, 1, 1, False, "cls", "mean", 0.0, None)
-    attend.check(architecture)
-    assert attend.top_k == 10 and "-k" not in attend.name()
+        assert job.plan(few).planned.top_k == 3
+        assert job.plan(architecture).planned.top_k == 5
+    attend = AttendJob(View.map, 1, 1, False, "cls", "mean", 0.0, None).plan(architecture)
+    assert attend.planned.top_k == 10 and "-k" not in attend.name()

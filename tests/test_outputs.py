@@ -242,8 +242,7 @@ def test_one_setting_spelled_several_ways_gets_one_name(command, spellings):
     names = set()
     for options in spellings:
         (job,) = JOB_BUILDERS[command](**options)
-        job.check(architecture)
-        names.add(job.name())
+        names.add(job.plan(architecture).name())
     assert len(names) == 1, names
 
 
@@ -256,8 +255,7 @@ def test_two_mask_folders_of_one_name_are_two_settings(tmp_path):
     for parent in ("a", "b"):
         (tmp_path / parent / "masks").mkdir(parents=True)
         (job,) = explain_jobs(masks=tmp_path / parent / "masks")
-        job.check(describe(WeightsSpec(random=True)))
-        names.add(job.name())
+        names.add(job.plan(describe(WeightsSpec(random=True))).name())
     assert len(names) == 2, names
 
 
@@ -659,7 +657,8 @@ from pathlib import Path
 from vitcli import interrupts
 from vitcli.jobs import Job, Presentation
 from vitcli.output import Emitter, Messages
-from vitcli.runner import Publisher, Report, Runner
+from vitcli.publisher import Publisher
+from vitcli.runner import Report, Runner
 from vitcli.store import OutputStore
 
 

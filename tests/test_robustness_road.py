@@ -155,6 +155,7 @@ def test_command_refuses_bad_audit_options_before_the_model_loads(cli, photo, ar
 
 def test_progress_total_equals_the_steps_reported(tiny2, photo):
     """The progress bar's total counts every pass the maps and audits report, no more, no less."""
+    from vitcli.api import architecture_of
     from vitcli.experiments.explain_options import AuditOptions, GradientOptions
     from vitcli.jobs import ImageWork, Steps
     from vitcli.jobs.explain import ExplainJob
@@ -172,6 +173,7 @@ def test_progress_total_equals_the_steps_reported(tiny2, photo):
     audits = AuditOptions(robustness=True, road=True, sanity=True)
     gradients = GradientOptions(ig_steps=3, samples=2)
     job = ExplainJob(["ig", "rollout"], "1", None, "gray", False, None, 0, 0, gradients=gradients, audits=audits)
+    job = job.plan(architecture_of(tiny2))
     steps = Counted()
     job.compute(ImageWork(tiny2, tiny2.prepare(photo), steps))
     assert steps.total == steps.done > 0

@@ -298,12 +298,12 @@ def test_the_shipped_configs_are_valid_for_the_default_model(name, monkeypatch):
     """Every key of the shipped configs converts and every experiment passes its usage checks (no weights needed)."""
     import vitcli.cli  # noqa: F401  (registers the commands the configs name)
     from vitcli.batch.config import load_config
-    from vitcli.batch.execute import check_experiments
+    from vitcli.batch.execute import plan_experiments
     from vitcli.context import CommandContext
     from vitcli.spec import WeightsSpec
 
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / name)
     context = CommandContext("run", WeightsSpec(), "cpu", None, Path("unused"), "table", True)
-    check_experiments(context, config)
+    experiments = plan_experiments(context, config)
     assert config.images and all(Path(image).exists() for image in config.images)
-    assert len([job for experiment in config.experiments for job in experiment.jobs]) == len(config.experiments)
+    assert len([job for experiment in experiments for job in experiment.jobs]) == len(config.experiments)

@@ -155,6 +155,7 @@ def test_an_edge_map_fails_at_every_step_and_a_gradient_map_moves(trained_like, 
 def test_presentation_writes_the_steps_arrays_rows_and_figure(trained_like, photo):
     import io
 
+    from vitcli.api import architecture_of
     from vitcli.experiments.explain_audits import audit
     from vitcli.experiments.explain_options import AuditOptions
     from vitcli.jobs.explain import ExplainJob
@@ -164,6 +165,7 @@ def test_presentation_writes_the_steps_arrays_rows_and_figure(trained_like, phot
     result = explain(trained_like, prepared, ["gradient", "rollout"], target="3")
     result.audits = audit(trained_like, prepared, result, MapSettings(result.block), options)
     job = ExplainJob(["gradient", "rollout"], "3", None, "gray", False, None, 0, 0, audits=options)
+    job = job.plan(architecture_of(trained_like))
     presentation = job.present(result)
     body = presentation.document
     steps = body["audits"]["sanity"]["steps"]

@@ -203,3 +203,176 @@ def test_a_config_with_probe_needs_its_data_folder(cli, workdir, photo):
     refused = cli("run", config)
     assert refused.exit_code == 2
     assert refused.stderr.startswith("error: experiments[0]: probe in a config needs `data-dir = FOLDER`")
+
+
+PATCH_SIZES = """
+name = "sizes"
+images = {images}
+[model]
+weights = "random"
+seed = 0
+device = "cpu"
+[[experiments]]
+command = "compare-patch-size"
+patch-sizes = "8,32"
+image-size = 64
+"""
+PATCH_SIZES_ARGUMENTS = ["--patch-sizes", "8,32", "--image-size", "64"]
+
+
+def the_patch_size_commands_files(cli, workdir: Path) -> tuple[str, dict[str, Path]]:
+    """`vitcli compare-patch-size` with PATCH_SIZES_ARGUMENTS: counted without weights."""
+    written = cli("compare-patch-size", *RANDOM_CPU, *PATCH_SIZES_ARGUMENTS, "--quiet", "-o", "single")
+    assert written.exit_code == 0, written.stderr
+    (document,) = (workdir / "single").rglob("patch-sizes-*.json")
+    return document.stem, result_files(workdir / "single", document.stem)
+
+
+def test_compare_patch_size_counts_through_a_session_without_weights(cli, workdir, monkeypatch):
+    import vitcli.loading
+    from vitcli.session import Session
+
+    runs = []
+    real_run = Session.run
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(
+        Session, "run", lambda self, jobs, *args, **kwargs: runs.append(jobs) or real_run(self, jobs, *args, **kwargs)
+    )
+    name, files = the_patch_size_commands_files(cli, workdir)
+    assert [[job.name() for job in jobs] for jobs in runs] == [[name]]
+    assert files["json"].parent.name == "model"
+
+
+def test_a_session_without_weights_refuses_a_job_that_needs_them(photo):
+    from vitcli.jobs.predict import predict_jobs
+    from vitcli.output import Emitter, Messages
+    from vitcli.runner import Publisher, Report
+    from vitcli.session import Session, UnloadedModel
+    from vitcli.spec import WeightsSpec
+    from vitcli.store import OutputStore
+
+    publisher = Publisher(OutputStore(photo.parent), "m", Emitter("table", True), Messages(True), {})
+    session = Session(UnloadedModel(WeightsSpec(random=True), "cpu", 1), publisher)
+    with pytest.raises(ValueError, match="predict needs the model's weights"):
+        session.run(predict_jobs(), [photo], Report())
+
+
+def test_the_compare_patch_size_api_equals_the_commands_json_and_csv(model, cli, workdir):
+    result = vitcli.compare_patch_size(model, patch_sizes="8,32", image_size=64)
+    name, files = the_patch_size_commands_files(cli, workdir)
+    assert result.name == name
+    assert without_command_line(result.to_dict()) == without_command_line(json.loads(files["json"].read_text()))
+    assert result.to_dict()["provenance"]["command"].startswith("vitcli.compare_patch_size(model, patch_sizes=")
+    pandas.testing.assert_frame_equal(result.to_frame(), pandas.read_csv(files["csv"]), check_dtype=False)
+
+
+def test_the_compare_patch_size_api_adapts_the_checkpoint_to_an_image(model, cli, workdir, photo):
+    result = vitcli.compare_patch_size(model, patch_sizes="32", image_size=64, adapt=photo.absolute())
+    written = cli(
+        "compare-patch-size", *RANDOM_CPU, *PATCH_SIZES_ARGUMENTS[2:], "-p", "32", "--adapt", photo.absolute()
+    )
+    assert written.exit_code == 0, written.stderr
+    files = result_files(workdir / "outputs", result.name)
+    assert without_command_line(result.to_dict()) == without_command_line(json.loads(files["json"].read_text()))
+    assert result.to_dict()["subject"]["path"] == str(photo.absolute())
+
+
+def test_a_config_with_compare_patch_size_writes_the_commands_files(cli, workdir, photo):
+    config = write_config(workdir, [photo], PATCH_SIZES)
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    name, single = the_patch_size_commands_files(cli, workdir)
+    ran = result_files(workdir / "outputs" / "sizes", name)
+    assert ran["json"].parent.name == "model"
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()
+
+
+def test_a_config_with_compare_reuses_the_images_its_per_image_experiments_prepared(
+    cli, workdir, photo, newfoundland, monkeypatch
+):
+    from vitcli.model import VitModel
+
+    images = [photo.absolute(), newfoundland.absolute()]
+    prepared: list[Path] = []
+    real_prepare = VitModel.prepare
+    monkeypatch.setattr(VitModel, "prepare", lambda self, path: prepared.append(path) or real_prepare(self, path))
+    config = write_config(workdir, images, COMPARE + '[[experiments]]\ncommand = "predict"\n')
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    assert sorted(prepared) == sorted(images)  # each decoded and preprocessed once, for predict and compare
+    name, single = the_commands_files(cli, workdir, images)
+    ran = result_files(workdir / "outputs" / "sets", name)
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()
+
+
+PAIR = """
+name = "pair"
+images = {images}
+[model]
+weights = "random"
+seed = 0
+device = "cpu"
+[[experiments]]
+command = "patch"
+clean = {clean}
+corrupt = {corrupt}
+sites = ["attention", "mlp"]
+method = ["activation", "attribution"]
+"""
+PAIR_ARGUMENTS = ["--sites", "attention", "--sites", "mlp", "--method", "activation", "--method", "attribution"]
+
+
+def test_a_config_with_the_patch_pair_writes_the_commands_files(cli, workdir, photo, newfoundland, persian):
+    """`clean` and `corrupt` name the command line's pair: computed once, whatever the run's images (here one
+    other image), and filed where `vitcli patch CLEAN CORRUPT` files it."""
+    clean, corrupt = photo.absolute(), newfoundland.absolute()
+    config = write_config(workdir, [persian], PAIR, clean=clean, corrupt=corrupt)
+    run = cli("run", config, "--quiet")
+    assert run.exit_code == 0, run.stderr
+    written = cli("patch", clean, corrupt, *RANDOM_CPU, *PAIR_ARGUMENTS, "--quiet", "-o", "single")
+    assert written.exit_code == 0, written.stderr
+    (document,) = (workdir / "single").rglob("patch-*.json")
+    single = result_files(workdir / "single", document.stem)
+    ran = result_files(workdir / "outputs" / "pair", document.stem)
+    assert ran["json"].parent.name == single["json"].parent.name  # the pair's folder, set-HASH
+    assert without_command_line(json.loads(ran["json"].read_text())) == without_command_line(
+        json.loads(single["json"].read_text())
+    )
+    assert ran["csv"].read_text() == single["csv"].read_text()
+    manifest = json.loads((workdir / "outputs" / "pair" / "manifest.json").read_text())
+    assert [entry["experiment"] for entry in manifest["results"]] == [document.stem]
+
+
+def test_run_experiment_runs_the_patch_pair(model, cli, workdir, photo, newfoundland):
+    clean, corrupt = photo.absolute(), newfoundland.absolute()
+    result = vitcli.run_experiment("patch", model, clean=clean, corrupt=corrupt, sites="mlp")
+    assert result.to_dict() == vitcli.patch(model, clean, corrupt, sites="mlp").to_dict() | {
+        "provenance": result.to_dict()["provenance"]
+    }
+    assert result.to_dict()["subject"]["corrupt"]["path"] == str(corrupt)
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ('clean = "{clean}"', "patch in a config needs `corrupt = IMAGE`"),
+        ('clean = "{clean}"\ncorrupt = "{clean}"', "CLEAN and CORRUPT are the same image"),
+        ('clean = "nowhere.jpg"\ncorrupt = "{clean}"', "nowhere.jpg is not an image file"),
+    ],
+)
+def test_a_config_refuses_a_patch_pair_it_cannot_run(cli, workdir, photo, keys, message, monkeypatch):
+    import vitcli.loading
+
+    monkeypatch.setattr(vitcli.loading, "load_model", lambda *args, **kwargs: pytest.fail("the model was loaded"))
+    experiment = keys.format(clean=photo.absolute())
+    (workdir / "bad.toml").write_text(f'images = ["{photo}"]\n[[experiments]]\ncommand = "patch"\n{experiment}\n')
+    refused = cli("run", workdir / "bad.toml", *RANDOM_CPU)
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: experiments[0]") and message in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -17,6 +17,7 @@ _API = (
     "attend",
     "attribute",
     "compare",
+    "compare_patch_size",
     "explain",
     "explore",
     "heads",
@@ -31,7 +32,14 @@ _API = (
     "run_experiment",
     "trace",
 )
-_SETS_API = ("anatomy", "compare", "heads", "patch", "probe")  # in vitcli.api_sets, the rest in vitcli.api
+_SETS_API = (
+    "anatomy",
+    "compare",
+    "compare_patch_size",
+    "heads",
+    "patch",
+    "probe",
+)  # in vitcli.api_sets, the rest in vitcli.api
 _ERRORS = ("UsageError", "VitcliError")
 __all__ = ["__version__", *_API, *_ERRORS]
 

@@ -155,7 +155,7 @@ class Result:
 
 def run_experiment(command: str, model: VitModel, image: str | Path | None = None, **options: Any) -> Result:
     """Any registered experiment by its command name (`vitcli run`'s `command`), with the command's options."""
-    from vitcli.context import check_jobs
+    from vitcli.context import plan_jobs
     from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
 
     check_model(model)
@@ -164,8 +164,7 @@ def run_experiment(command: str, model: VitModel, image: str | Path | None = Non
     if not isinstance(command, str) or command not in JOB_MODULES:
         raise UsageError(f"{command!r} is not an experiment vitcli can run (known: {', '.join(job_commands())})")
     builder = job_builder(command)
-    jobs = builder(**command_options(command, builder, options))
-    check_jobs(architecture_of(model), jobs)
+    jobs = plan_jobs(architecture_of(model), builder(**command_options(command, builder, options)))
     if len(jobs) != 1:
         raise VitcliError(f"`{command}` made {len(jobs)} experiments from these options; run_experiment runs one")
     (job,) = jobs
@@ -249,7 +248,8 @@ def compute_and_publish(
 ) -> Result:
     """`job` run by a session on `model` (vitcli.session, as the commands run it), published into memory."""
     from vitcli.output import Emitter, Messages
-    from vitcli.runner import Published, Publisher, Report
+    from vitcli.publisher import Publisher
+    from vitcli.runner import Published, Report
     from vitcli.session import Session
 
     if job.scope == "image" and image is None:

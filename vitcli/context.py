@@ -25,8 +25,9 @@ from vitcli.store import OutputStore
 if TYPE_CHECKING:
     from vitcli.architecture import Architecture
     from vitcli.model import VitModel
-    from vitcli.runner import Publisher, Report
-    from vitcli.session import Session
+    from vitcli.publisher import Publisher
+    from vitcli.runner import Report
+    from vitcli.session import Session, UnloadedModel
 
 DEFAULT_OUTPUT = Path("outputs")
 
@@ -94,9 +95,9 @@ class CommandContext:
 
         return describe(self.spec)
 
-    def check(self, jobs: Sequence[Job]) -> None:
-        """Every job's usage checks against the architecture, before any weights load."""
-        check_jobs(self.architecture, jobs)
+    def plan(self, jobs: Sequence[Job]) -> list[Job]:
+        """Every job planned against the architecture (its usage checks), before any weights load."""
+        return plan_jobs(self.architecture, jobs)
 
     @property
     def command_line(self) -> str:
@@ -146,35 +147,37 @@ class CommandContext:
         return self.shard.select(paths) if self.shard is not None and shard else paths
 
     def publisher(self, provenance: dict[str, Any], store_root: Path | None = None) -> Publisher:
-        from vitcli.runner import Publisher
+        from vitcli.publisher import Publisher
 
         store = OutputStore(store_root or self.output_dir)
         publisher = Publisher(store, self.model_folder, self.emitter, self.messages, provenance)
         publisher.figures = self.figures
         return publisher
 
-    def session(self, model: VitModel, reraise: bool = False) -> Session:
-        """A session on `model` publishing into the output folder (vitcli.session)."""
-        from vitcli.session import Session
+    def unloaded_model(self) -> UnloadedModel:
+        """The model as jobs that need no weights read it: the spec, and the device and batch size that `model()`
+        would load it with."""
+        from vitcli.loading import default_batch_size, resolve_device
+        from vitcli.session import UnloadedModel
 
-        return Session(model, self.publisher(self.provenance(model)), self.fail_fast, reraise=reraise)
+        device = resolve_device(self.device)
+        return UnloadedModel(self.spec, device, self.batch_size or default_batch_size(device))
 
-    def publish(
-        self, results: Sequence[tuple[Job, Any, str, dict[str, Any] | None]], provenance: dict[str, Any]
-    ) -> None:
-        """For commands whose results are not one per image (image sets, the model alone): publish each
-        (job, result, subject folder, subject JSON) through the store and the emitter, then close the output."""
-        publisher = self.publisher(provenance)
-        for job, result, subject, subject_json in results:
-            publisher.publish(subject, subject_json, job, result)
-        self.emitter.finish()
+    def session(self, model: VitModel | UnloadedModel, reraise: bool = False) -> Session:
+        """A session on `model` publishing into the output folder (vitcli.session). An unloaded model's session
+        runs only jobs that need no weights, whose files carry their own provenance (`Job.provenance`)."""
+        from vitcli.session import Session, UnloadedModel
+
+        loaded = not isinstance(model, UnloadedModel)
+        provenance = self.provenance(model) if loaded else {"command": self.command_line}
+        return Session(model, self.publisher(provenance), self.fail_fast, reraise=reraise)
 
     def run(self, jobs: Sequence[Job], arguments: Sequence[str] | None) -> Report:
-        """The whole life of an image command: check, load once, run every job on every image, count, exit status."""
+        """The whole life of an image command: plan, load once, run every job on every image, count, exit status."""
         from vitcli.runner import Report, progress_display
         from vitcli.targets import bind_targets
 
-        self.check(jobs)
+        jobs = self.plan(jobs)
         report = Report()
         paths = self.images(arguments, report)
         if paths:
@@ -198,18 +201,21 @@ class CommandContext:
         return not self.quiet and sys.stderr.isatty() and images > 0
 
 
-def check_jobs(architecture: Architecture, jobs: Sequence[Job]) -> None:
-    """Every job's usage checks against an architecture (the commands' and the Python API's): first whether the
-    model's family has what the job needs (capture.support), then the job's own settings."""
+def plan_jobs(architecture: Architecture, jobs: Sequence[Job]) -> list[Job]:
+    """Every job planned against an architecture (the commands', `vitcli run`'s and the Python API's): first whether
+    the model's family has what the job needs (capture.support), then the job's own settings (Job.plan). The jobs
+    given are left as they were; the planned ones are what runs."""
     from vitcli.capture.support import require_support
 
+    planned = []
     for job in jobs:
         # A job given --target-image, --target-direction or --target-feature (commands.target_options) follows an
         # embedding target instead of a class: a model without a classifier head can run it.
         has_embedding_target = getattr(job, "embedding_target", None) is not None
         for use in job.uses():
             require_support(use, architecture, has_embedding_target)
-        job.check(architecture)
+        planned.append(job.plan(architecture))
+    return planned
 
 
 # Commands written for one token grid through every block (timm's VisionTransformer forward): Swin's stages refuse

@@ -1,9 +1,7 @@
-"""The model wrapper every command shares: loading a timm ViT, preprocessing, forwards and an explicit forward.
+"""The model wrapper every command shares: a loaded timm ViT with its preprocessing, facts, provenance and forwards.
 
-`VitModel.trace` recomputes the forward by hand (channel-major patch flattening times W_E, each block's attention as
-its family adapter writes it out: softmax(q k^T * scale) per head) so that every intermediate row can be shown;
-`VitModel.logits` runs the model's own (fused) forward. The capture layer's self-check and tests hold the two to
-agree.
+`VitModel.logits` runs the model's own (fused) forward; `VitModel.trace` the explicit forward written out by hand
+(vitcli.explicit_forward), which shows every intermediate row.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import platform
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, islice
 from pathlib import Path
@@ -27,8 +25,10 @@ from timm.layers import Attention, PatchEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import Tensor, nn
 
+from vitcli import explicit_forward
 from vitcli.capture import attention_self_check, family_of
 from vitcli.errors import VitcliError
+from vitcli.explicit_forward import BlockTrace, Trace
 from vitcli.filenames import escaped_path
 from vitcli.grid import PatchGrid
 from vitcli.images import ImageSource, load_rgb
@@ -50,30 +50,6 @@ class PreparedImage:
     def crop_uint8(self):
         """The crop as an (H, W, 3) uint8 array, for figures."""
         return (self.crop.permute(1, 2, 0) * 255).round().clamp(0, 255).to(torch.uint8).numpy()
-
-
-@dataclass
-class BlockTrace:
-    """What one block computed in the explicit forward; tensors are (batch, ...) on the CPU."""
-
-    index: int  # zero-based: blocks[index]
-    input: Tensor  # (B, N, D) rows entering the block
-    normed: Tensor  # (B, N, D) norm1 of the input: what the attention reads
-    q: Tensor  # (B, heads, N, head_dim)
-    k: Tensor
-    v: Tensor
-    attention: Tensor  # (B, heads, N, N): softmax(q k^T * scale), rows sum to 1
-    attention_output: Tensor  # (B, N, D): attention @ v, heads joined, projected
-    output: Tensor  # (B, N, D) rows leaving the block
-
-
-@dataclass
-class Trace:
-    patch_pixels: Tensor  # (B, patches, 3 p^2): each patch flattened channel-major
-    patch_embeddings: Tensor  # (B, patches, D): patch_pixels @ W_E + b_E
-    tokens: Tensor  # (B, N, D): prefix tokens joined and position embeddings added: block 1's input
-    blocks: dict[int, BlockTrace] = field(default_factory=dict)  # keyed by zero-based block index
-    logits: Tensor | None = None  # (B, classes): only when the trace ran the whole forward
 
 
 class VitModel:
@@ -324,52 +300,13 @@ class VitModel:
 
     def flatten_patches(self, inputs: Tensor) -> Tensor:
         """(B, 3, H, W) -> (B, patches, 3 p^2), each patch channel-major: all R rows, then G, then B."""
-        batch, channels, height, width = inputs.shape
-        size = self.grid.patch_size
-        rows, cols = height // size, width // size
-        blocks = inputs.reshape(batch, channels, rows, size, cols, size)
-        return blocks.permute(0, 2, 4, 1, 3, 5).reshape(batch, rows * cols, channels * size * size)
+        return explicit_forward.flatten_patches(inputs, self.grid.patch_size)
 
     def trace(self, inputs: Tensor, keep: Collection[int] = (), logits: bool = False) -> Trace:
-        """The explicit forward over (B, 3, H, W) inputs, keeping every intermediate of the zero-based blocks in `keep`.
-
-        It stops after the last kept block (with nothing kept, after the embedding); logits=True runs every block and
-        the head as well and fills Trace.logits.
-        """
-        kept = set(keep)
-        if not kept <= set(range(self.depth)):
-            raise ValueError(f"blocks to keep must be zero-based indexes below {self.depth}, not {sorted(kept)}")
-        stop = self.depth if logits else max(kept, default=-1) + 1
-        if stop:
-            self.require_standard_blocks()
-        net = self.net
-        with torch.inference_mode():
-            x = inputs.to(self.device)
-            pixels = self.flatten_patches(x)
-            weight, bias = self.patch_projection
-            embeddings = pixels @ weight + bias
-            if isinstance(net, VisionTransformer):
-                rows = net.patch_embed.norm(embeddings)
-                if net.dynamic_img_size:
-                    rows = rows.reshape(x.shape[0], self.grid.rows, self.grid.cols, -1)
-                tokens = net.norm_pre(net.patch_drop(net._pos_embed(rows)))
-            else:  # other families stop at block 1's input (their blocks are refused above): their own embedding
-                tokens = self.family.embed(x)
-            trace = Trace(pixels.cpu(), embeddings.cpu(), tokens.cpu())
-            hidden = tokens
-            for index, block in enumerate(net.blocks[:stop]):
-                normed = block.norm1(hidden)
-                q, k, v, attention, attention_output = self.family.explicit_attention(index + 1, normed)
-                after_attention = hidden + block.drop_path1(block.ls1(attention_output))
-                output = after_attention + block.drop_path2(block.ls2(block.mlp(block.norm2(after_attention))))
-                if index in kept:
-                    trace.blocks[index] = BlockTrace(
-                        index, *(t.cpu() for t in (hidden, normed, q, k, v, attention, attention_output, output))
-                    )
-                hidden = output
-            if logits:
-                trace.logits = net.forward_head(net.norm(hidden)).float().cpu()
-        return trace
+        """The explicit forward over (B, 3, H, W) inputs, keeping every intermediate of the zero-based blocks in `keep`
+        (vitcli.explicit_forward): it stops after the last kept block (with nothing kept, after the embedding);
+        logits=True runs every block and the head as well and fills Trace.logits."""
+        return explicit_forward.trace(self, inputs, keep, logits)
 
     def attention_self_check(self, block: BlockTrace) -> Tensor:
         """Per image of a traced batch, the largest |explicit - model's own| attention-module output: (B,) float64,

@@ -1,15 +1,15 @@
 """Running jobs over images: one code path for one image and for a folder of thousands.
 
 Images are decoded and preprocessed once, in chunks of the model's batch size; the chunk's clean forward runs once,
-batched, and every job shares it. Each (image, job) result is presented, published through the output store and
-printed as soon as it is ready. A bad image, or a job failing on one image, is reported on stderr (and in JSON
-output) and the run goes on; `fail_fast` stops at the first failure instead.
+batched, and every job shares it. Each (image, job) result is handed to the publisher (vitcli.publisher), which
+presents it, writes it through the output store and prints it, as soon as it is ready. A bad image, or a job failing
+on one image, is reported on stderr (and in JSON output) and the run goes on; `fail_fast` stops at the first failure
+instead.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from vitcli.errors import VitcliError
 from vitcli.filenames import escaped_path
-from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, Steps
+from vitcli.jobs import AcrossImages, ImageWork, Job, Presentation, SetImages, Steps
 from vitcli.naming import MODEL_SUBJECT, image_subject
-from vitcli.output import Emitter, Messages, counted, csv_text, json_text
-from vitcli.store import OutputStore, ResultFiles, StoreError
+from vitcli.output import counted
+from vitcli.publisher import Publisher, stored_documents
+from vitcli.store import StoreError
 
 if TYPE_CHECKING:
-    from vitcli.model import VitModel
+    from vitcli.model import PreparedImage, VitModel
+    from vitcli.session import UnloadedModel
 
 
 @dataclass
@@ -75,78 +77,10 @@ class Report:
         return text
 
 
-class Publisher:
-    """Turns a computed result into files (through the store) and stdout output (through the emitter)."""
-
-    def __init__(self, store: OutputStore, model_folder: str, emitter: Emitter, messages: Messages, provenance: dict):
-        self.store = store
-        self.model_folder = model_folder
-        self.emitter = emitter
-        self.messages = messages
-        self.provenance = provenance
-        self.figures = True  # False (--no-figures): JSON, CSV and extra files only
-        self.announce_files = True  # one "wrote ..." line per result; a batch run reports its manifest instead
-        self.keeps_caches = True  # False (the Python API's memory): jobs keep no cache in the store (Job.attach)
-
-    def folder(self, subject: str) -> Path:
-        return self.store.folder(self.model_folder, subject)
-
-    def publish(
-        self,
-        subject: str,
-        subject_json: dict[str, Any] | None,
-        job: Job,
-        result: Any,
-        then: Callable[[list[Path], Presentation], None] | None = None,
-    ) -> tuple[list[Path], Presentation]:
-        """Present and write one result, then print it. Presentation, figure and files are interruptible; only the
-        store's swap into place and `then(paths, presentation)` (a batch run's record) hold signals back."""
-        presentation = job.present(result)
-        document = {
-            "provenance": self.provenance,
-            "subject": subject_json,
-            "experiment": {"command": job.command, "name": job.name(), "settings": job.settings()},
-            "result": presentation.document,
-        }
-        rows = csv_rows(presentation.rows, subject_json, self.provenance, job.name())
-        files: dict[str, Any] = {
-            "json": json_text(document) + "\n",
-            "csv": csv_text(rows),
-        }
-        if presentation.figure is not None and self.figures:
-            files["png"] = _figure_writer(presentation.figure)
-        for suffix, content in presentation.extra_files.items():
-            if isinstance(content, list):
-                content = csv_text(csv_rows(content, subject_json, self.provenance, job.name()))
-            files[suffix] = content
-        record = {"command": job.command, "settings": job.settings(), "subject": subject_json}
-        stored = None if then is None else lambda paths: then(paths, presentation)
-        paths = self.store.write(self.folder(subject), ResultFiles(job.name(), files, record), stored)
-        if self.announce_files:
-            self.messages.info("wrote " + ", ".join(str(path) for path in paths))
-        if self.emitter.tidy_csv:
-            (prefix,) = csv_rows([{}], subject_json, self.provenance, job.name())
-            rows = [{**prefix, "key": key, "value": value} for key, value in presentation.summary.items()]
-        self.emitter.result(document, presentation.table, rows)
-        return paths, presentation
-
-
-def csv_rows(rows: Sequence[dict[str, Any]], subject: dict[str, Any] | None, provenance: dict, name: str) -> list[dict]:
-    """Every CSV row starts with the image and the model, so rows of many runs can be concatenated."""
-    prefix = {
-        "image": (subject or {}).get("path", ""),
-        "image_sha256": (subject or {}).get("sha256", ""),
-        "model": provenance.get("model", ""),
-        "weights": provenance.get("weights_label", ""),
-        "result": name,
-    }
-    return [{**prefix, **row} for row in rows]
-
-
 class Runner:
     def __init__(
         self,
-        model: VitModel,
+        model: VitModel | UnloadedModel,
         publisher: Publisher,
         fail_fast: bool,
         skip: Callable[[str, str, Path | None], bool] | None = None,
@@ -162,6 +96,10 @@ class Runner:
         # True: a failure is raised as it came, not reported and passed over (one call of the Python API, a command
         # about one set of images: their caller reports the error itself)
         self.reraise = False
+        # The images that per-image jobs prepared, kept for a job about the set that holds them all at once
+        # (`keeps_prepared`, set by the session): such a job reads them instead of decoding them again.
+        self.keeps_prepared = False
+        self.prepared: dict[Path, PreparedImage] = {}
 
     def run(self, jobs: Sequence[Job], paths: Sequence[Path], report: Report, progress: Any = None) -> Report:
         steps = ProgressSteps(progress)
@@ -177,6 +115,8 @@ class Runner:
                 if progress is not None:
                     progress.advance(overall, len(jobs) - len(todo[path]))
             works, unreadable = self._prepare([path for path, pending in todo.items() if pending], report, steps)
+            if self.keeps_prepared:
+                self.prepared.update((path, work.image) for path, work in works)
             self._share_clean_forward(works, jobs)
             for path, work in works:
                 for job in todo[path]:
@@ -230,10 +170,11 @@ class Runner:
         subject = set_subject(paths)
         subject_json = {"images": [escaped_path(path) for path in paths]}
         steps = steps or ProgressSteps(progress)
+        images, self.prepared = SetImages(paths, self.prepared), {}
         for job in jobs:
             if self.publisher.keeps_caches:
                 job.attach(self.publisher)
-            compute = functools.partial(job.compute_set, self.model, list(paths), steps)
+            compute = functools.partial(job.compute_set, self.model, images, steps)
             self._compute_and_publish(job, compute, subject, subject_json, subject, report, job.subject_of)
 
     def _prepare(
@@ -314,20 +255,6 @@ class Runner:
         self.publisher.emitter.failure(failure.subject, failure.message)
 
 
-def stored_documents(publisher: Publisher, subjects: Sequence[str], name: str) -> list[dict[str, Any]]:
-    """The `result` bodies of result `name` stored for `subjects`, in that order; only files whose folder's index
-    lists them with a matching hash count."""
-    documents = []
-    for subject in subjects:
-        folder = publisher.store.root / publisher.model_folder / subject
-        if publisher.store.is_complete(folder, name):
-            try:
-                documents.append(json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))["result"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # indexed but not a result document: counted as missing, like a failed image
-    return documents
-
-
 class ProgressSteps(Steps):
     """A job's inner steps as a transient bar under the overall one."""
 
@@ -386,16 +313,3 @@ def progress_display(enabled: bool) -> Iterator[Any]:
         redirect_stderr=False,
     ) as progress:
         yield progress
-
-
-def _figure_writer(build: Callable[[], Any]) -> Callable[[Any], None]:
-    def write(stream: Any) -> None:
-        import matplotlib.pyplot as plt
-
-        figure = build()
-        try:
-            figure.savefig(stream, format="png", dpi=150, bbox_inches="tight")
-        finally:
-            plt.close(figure)
-
-    return write

@@ -4,19 +4,35 @@ The command line (`CommandContext.run`), `vitcli run` (vitcli.batch.execute) and
 run their Jobs through `Session.run`: the jobs about the model alone once, the per-image jobs on every image (each
 chunk's clean forward run once, batched, and shared), the results that sum up the images' results, then the jobs
 about the images together. Every result is presented and published through the publisher's store.
+
+A session on an `UnloadedModel` (the model's spec, device and batch size, and no weights) runs the jobs about the
+model that need no weights: compare-patch-size's counts, which the command computes without loading any.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitcli.jobs import Job
-from vitcli.runner import Failure, Published, Publisher, Report, Runner
+from vitcli.publisher import Publisher
+from vitcli.runner import Failure, Published, Report, Runner
 
 if TYPE_CHECKING:
     from vitcli.model import VitModel
+    from vitcli.spec import WeightsSpec
+
+
+@dataclass(frozen=True)
+class UnloadedModel:
+    """What a job that needs no weights reads of the model (`Job.needs_weights` False): the spec (name, seed), the
+    device and the batch size, resolved as `loading.load_model` resolves them (`CommandContext.unloaded_model`)."""
+
+    spec: WeightsSpec
+    device: Any  # torch.device
+    batch_size: int
 
 
 class Session:
@@ -28,7 +44,7 @@ class Session:
 
     def __init__(
         self,
-        model: VitModel,
+        model: VitModel | UnloadedModel,
         publisher: Publisher,
         fail_fast: bool = False,
         skip: Callable[[str, str, Path | None], bool] | None = None,
@@ -51,9 +67,14 @@ class Session:
     ) -> Report:
         """Every job over `paths`, by scope: the model alone, each image, then the images together (whose inner
         steps show on `progress`, or as `steps` says when given)."""
+        if isinstance(self.model, UnloadedModel):
+            for job in jobs:
+                if job.needs_weights or job.scope != "model":
+                    raise ValueError(f"{job.command} needs the model's weights: this session has loaded none")
         by_scope: dict[str, list[Job]] = {"model": [], "image": [], "set": []}
         for job in jobs:
             by_scope[job.scope].append(job)
+        self.runner.keeps_prepared = any(job.holds_every_image for job in by_scope["set"])
         self.runner.run_once(by_scope["model"], report)
         if paths:  # counts the images even with no per-image job (a run's report says "N of M images done")
             self.runner.run(by_scope["image"], paths, report, progress if by_scope["image"] else None)

@@ -25,8 +25,10 @@ import typer
 
 from vitcli import collector, interrupts
 from vitcli.context import DEFAULT_OUTPUT, CommandContext, Shard
+from vitcli.declared_options import reword_bad_value
 from vitcli.errors import AlreadyReported, UsageError, VitcliError
-from vitcli.options import SHARED_NAMES, SHARED_OPTIONS, ImagesArgument, Weights
+from vitcli.options import ImagesArgument, command_parameters
+from vitcli.shared_options import SHARED_NAMES, SHARED_OPTIONS, Weights
 from vitcli.spec import WeightsSpec, check_templates, parse_labels
 from vitcli.store import check_output_dir
 
@@ -58,30 +60,6 @@ class _HelpWithoutPythonTypes:
 
 def _no_type(ctx: typer.Context) -> None:
     return None
-
-
-_VALIDATOR_PREFIX = "Value error, "  # how Typer's validation (pydantic) prefixes a refusal it passes on
-_NOT_A_CHOICE = re.compile(r"^(?P<value>'.*') is not one of ")
-
-
-def reword_bad_value(error: typer.BadParameter) -> None:
-    """A refused value in plain words, in place: without the validator's "Value error, " prefix, and for a choice
-    the choices as the help lists them with the closest one: `'maps' is not one of map, summary, rollout, all-blocks
-    (did you mean map?)`."""
-    message = error.message.removeprefix(_VALIDATOR_PREFIX)
-    descriptor = getattr(error.param, "type_descriptor", None)
-    not_a_choice = _NOT_A_CHOICE.match(message)
-    if descriptor is not None and descriptor.is_choice and descriptor.choices and not_a_choice:
-        import ast
-        import difflib
-
-        value = ast.literal_eval(not_a_choice["value"])
-        choices = [str(getattr(choice, "value", choice)) for choice in descriptor.choices]
-        message = f"{value!r} is not one of {', '.join(choices)}"
-        closest = difflib.get_close_matches(str(value).lower(), choices, n=1, cutoff=0.6)
-        if closest:
-            message += f" (did you mean {closest[0]}?)"
-    error.message = message
 
 
 class _Group(_HelpWithoutPythonTypes, typer.core.TyperGroup):
@@ -150,23 +128,17 @@ def vitcli_command(
     examples: Sequence[str] = (),
     options: Sequence[str] | None = None,
     reads_config: bool = False,
+    builder: Callable[..., Any] | None = None,
     **command_settings: Any,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a command that takes a CommandContext first; the shared options (all, or the names in `options`
     for commands that load no model) are added to its signature and `examples` (command lines) end its --help.
+    `builder`: the command's job builder, whose declared options replace the function's `**options` (vitcli.options).
     `reads_config`: the command completes the shared options from a config and builds its own context from them."""
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(function, eval_str=True)
-        own = list(signature.parameters.values())[1:]
         taken = SHARED_NAMES if options is None else list(options)
-        shared = [
-            inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-            for option, annotation, default in SHARED_OPTIONS
-            if option in taken
-        ]
-        # Typer fills a parameter annotated typer.Context: it tells which options were typed, not defaulted.
-        shared.append(inspect.Parameter(_PARSE_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
+        parameters = command_parameters(function, builder, taken, _PARSE_CONTEXT)
 
         @functools.wraps(function)
         def command(**arguments: Any) -> None:
@@ -180,8 +152,8 @@ def vitcli_command(
                 context.option_values = shared_values
                 function(context, **arguments)
 
-        command.__signature__ = signature.replace(parameters=own + shared)  # type: ignore[attr-defined]
-        command.__annotations__ = {parameter.name: parameter.annotation for parameter in own + shared}
+        command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        command.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
         command_settings.setdefault("rich_help_panel", COMMAND_PANELS.get(name))
         # The command list shows the docstring's first paragraph; rich mode would keep its line breaks.
         summary = inspect.cleandoc(function.__doc__ or "").split("\n\n")[0]

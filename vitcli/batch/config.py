@@ -11,30 +11,103 @@
     command = "attend"                    # spelled as on the command line (`top-k` or `top_k`)
     block = 4
 
-Experiment options are converted by the same click parameters as the command line, so a value the command would
-refuse is refused here, with its key path: "experiments[2].block: ...". Experiments count from 0.
+Experiment options are converted by click parameters built from the same declarations as the command line's (the
+builder's typed parameters, vitcli.declared_options), so a value the command would refuse is refused here, with its
+key path: "experiments[2].block: ...". Experiments count from 0.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import inspect
+import json
 import os
+import re
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitcli.batch.run_config import MODEL_KEYS, Experiment, RunConfig, _python_name, located
+from vitcli.declared_options import click_command, declared_options, reword_bad_value
 from vitcli.errors import UsageError
 from vitcli.job_registry import JOB_MODULES, job_builder, job_commands
-from vitcli.options import SHARED_NAMES
+from vitcli.jobs import Job
+from vitcli.shared_options import SHARED_NAMES, shared_parameters
 
 TOP_LEVEL_KEYS = ("name", "images", "target", "model", "output", "experiments")
+MODEL_KEYS = {
+    "name": "model",
+    "checkpoint": "checkpoint",
+    "labels": "labels",
+    "labels_file": "labels_file",
+    "template": "template",
+    "templates": "template",
+    "weights": "weights",
+    "seed": "seed",
+    "device": "device",
+    "batch_size": "batch_size",
+}
 # Experiment options naming files or folders (globs for reference): read relative to the config file, like `images`.
-# `corrupt` (patch's one CORRUPT image) has no command-line option: there CORRUPT is the second argument. `data_dir`
-# is probe's DATA_DIR argument.
-PATH_OPTIONS = ("masks", "reference", "corrupt", "target_image", "target_direction", "texts", "data_dir")
+# `corrupt` (patch's one CORRUPT image) and `clean` (with `corrupt`, the command line's pair) have no command-line
+# option: there they are the two arguments. `data_dir` is probe's DATA_DIR argument.
+PATH_OPTIONS = ("masks", "reference", "clean", "corrupt", "target_image", "target_direction", "texts", "data_dir")
 _OWNER_CONTEXT: dict[int, Any] = {}  # parameter -> a context of its command, which conversion needs
+_OPTION_IN_MESSAGE = re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+@dataclass
+class Experiment:
+    index: int
+    command: str
+    options: dict[str, Any]  # the command's own options after conversion (Python names)
+    jobs: list[Job] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return f"experiments[{self.index}]"
+
+
+@dataclass
+class RunConfig:
+    path: Path
+    name: str
+    images: list[str]  # absolute, resolved against the config's folder
+    model_options: dict[str, Any]  # shared option names -> values, as the command line would give them
+    output_dir: str | None
+    figures: bool | None  # [output] figures; None when the config does not say
+    target: str | None
+    experiments: list[Experiment]
+    text: str  # the file as read, for the manifest
+
+    def as_run(self, overrides: dict[str, Any], images: list[str]) -> dict[str, Any]:
+        """The config after command-line overrides, as the manifest records it."""
+        return {
+            "path": str(self.path),
+            "name": self.name,
+            "images": images,
+            "target": self.target,
+            "model": {**_plain(self.model_options_under(overrides)), **_plain(_only(overrides, MODEL_KEYS.values()))},
+            "output_dir": str(overrides.get("output_dir", self.output_dir)),
+            "figures": overrides.get("figures", True if self.figures is None else self.figures),
+            "experiments": [{"command": item.command, **_plain(item.options)} for item in self.experiments],
+        }
+
+    def model_options_under(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The config's model options, less those a typed option replaces: `--weights random` replaces the config's
+        checkpoint and `--checkpoint` its `weights = "random"`, since each names the source of the weights."""
+        options = dict(self.model_options)
+        if str(getattr(overrides.get("weights"), "value", overrides.get("weights"))) == "random":
+            options.pop("checkpoint", None)
+        if overrides.get("checkpoint") is not None and "weights" not in overrides:
+            options.pop("weights", None)
+        return options
+
+    def identity(self, model_identity: dict[str, Any]) -> str:
+        """What makes two runs mergeable: the same experiments on the same model and weights."""
+        experiments = [{"command": item.command, **_plain(item.options)} for item in self.experiments]
+        text = json.dumps({"experiments": experiments, "model": model_identity}, sort_keys=True)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def load_config(path: Path) -> RunConfig:
@@ -71,7 +144,7 @@ def load_config(path: Path) -> RunConfig:
             model_options[key] = str(base / _string(model_options[key], f"model.{key}"))
     if "labels" in model_options:
         model_options["labels"] = _labels(model_options["labels"], base)
-    shared = _click_parameters("run")
+    shared = _parameters_declared(shared_parameters())
     model_options = {key: _convert(shared[key], value, f"model.{key}") for key, value in model_options.items()}
     output = _table(data, "output")
     _known(output, ("dir", "figures"), "output.")
@@ -144,19 +217,25 @@ def _experiment(index: int, table: Any, target: str | None, base: Path) -> Exper
     return experiment
 
 
+def located(where: str, message: str) -> str:
+    """A command's usage message with the config key it came from: `experiments[2].block: --block 13 ...`."""
+    option = _OPTION_IN_MESSAGE.search(message)
+    return f"{where}.{_python_name(option.group(1)).replace('_', '-')}: {message}" if option else f"{where}: {message}"
+
+
 def _click_parameters(command: str) -> dict[str, Any]:
-    """The command's parameters as Typer built them for the command line."""
-    import typer.main
+    """The command's options, its own and the shared ones, as click parameters built as the command line builds them:
+    from the declarations of its builder's parameters and of the shared options."""
+    return _parameters_declared(declared_options(job_builder(command)) + shared_parameters())
 
-    from vitcli.commands import import_command_line
-    from vitcli.shell import app
 
-    import_command_line(command)
-    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
-    context = click_command.context_class(click_command)
-    for parameter in click_command.params:
+def _parameters_declared(declared: list[inspect.Parameter]) -> dict[str, Any]:
+    """The click parameters made of these declarations (vitcli.declared_options), each with its command's context."""
+    click_options = click_command(declared)
+    context = click_options.context_class(click_options)
+    for parameter in click_options.params:
         _OWNER_CONTEXT[id(parameter)] = context
-    return {parameter.name: parameter for parameter in click_command.params}
+    return {parameter.name: parameter for parameter in click_options.params}
 
 
 def _convert(parameter: Any, value: Any, where: str) -> Any:
@@ -178,8 +257,6 @@ def _convert(parameter: Any, value: Any, where: str) -> Any:
         converted = parameter.process_value(owner, value)
     except Exception as error:  # the command line's own BadParameter, whichever click Typer bundles
         import typer
-
-        from vitcli.shell import reword_bad_value
 
         if isinstance(error, typer.BadParameter):
             reword_bad_value(error)
@@ -235,3 +312,23 @@ def _folder(value: Any, where: str) -> str:
     if not _string(value, where).strip():
         raise UsageError(f"{where}: is empty: give a folder name (relative to the config file), or leave the key out")
     return value
+
+
+def _python_name(key: str) -> str:
+    return key.replace("-", "_")
+
+
+def _only(options: dict[str, Any], names: Any) -> dict[str, Any]:
+    return {key: value for key, value in options.items() if key in set(names)}
+
+
+def _plain(options: dict[str, Any]) -> dict[str, Any]:
+    """Option values as JSON: enums by value, paths as text."""
+    plain = {}
+    for key, value in options.items():
+        if hasattr(value, "value"):
+            value = value.value
+        elif isinstance(value, Path):
+            value = str(value)
+        plain[key.replace("_", "-")] = value
+    return plain

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitcli.batch.config import Experiment, RunConfig, located
 from vitcli.batch.manifest import Manifest, plain_cells, stem, summary_frame
 from vitcli.batch.record import Record, RecordWriter, read_record
-from vitcli.batch.run_config import RunConfig, located
 from vitcli.batch.views import ACROSS, VIEWS_LOCK, Scope, merge_runs, record_view, stored_document, write_views
 from vitcli.errors import UsageError
 from vitcli.filenames import escaped_path, path_from_escaped
@@ -30,6 +31,7 @@ from vitcli.targets import bind_targets
 
 if TYPE_CHECKING:
     from vitcli.context import CommandContext
+    from vitcli.jobs import Job
     from vitcli.runner import Report
 
 
@@ -37,46 +39,53 @@ FEW_IMAGES = 6  # up to this many images, the closing table has one column per i
 FEW_COLUMNS = 5  # beyond that, it shows the image and this many summary columns
 
 
-def check_experiments(context: CommandContext, config: RunConfig) -> None:
-    """Every experiment's usage checks against the architecture, with the config key they came from."""
-    from vitcli.context import check_jobs
+def plan_experiments(context: CommandContext, config: RunConfig) -> list[Experiment]:
+    """Every experiment with its jobs planned against the architecture (their usage checks, refused with the config
+    key they came from); the config's own experiments are left as they were."""
+    from vitcli.context import plan_jobs
 
     architecture = context.architecture  # the model options' own refusals (--template) come first, in no experiment
+    planned = []
     for experiment in config.experiments:
         try:
-            check_jobs(architecture, experiment.jobs)
+            planned.append(replace(experiment, jobs=plan_jobs(architecture, experiment.jobs)))
         except UsageError as error:
             raise UsageError(located(experiment.path, str(error))) from error
+    return planned
 
 
 def execute(context: CommandContext, config: RunConfig, arguments: list[str] | None, force: bool) -> Report:
     from vitcli.runner import Report, progress_display
     from vitcli.session import Session
 
-    check_experiments(context, config)
+    experiments = plan_experiments(context, config)
     if not arguments and not config.images:
         raise UsageError(f"no images: give IMAGE arguments or `images = [...]` in {config.path}")
-    jobs = [job for experiment in config.experiments for job in experiment.jobs]
     report = Report()
     # Canonical (absolute, normalized) paths: an image spelled relative or absolute is one image of the record. Every
     # shard's share is known, so that the views tell this run's other images from images no longer in its inputs.
     found = context.images(arguments or config.images, report, shard=False)
     inputs = list(dict.fromkeys(Path(os.path.abspath(path)) for path in found))
     paths = context.shard.select(inputs) if context.shard else inputs
-    set_jobs = [job for job in jobs if job.scope == "set"]
-    if set_jobs and context.shard is not None:
+    about_the_set = [experiment for experiment in experiments if any(job.scope == "set" for job in experiment.jobs)]
+    if about_the_set and context.shard is not None:
         # A result about the images together (CKA, say) from one shard's share would be another number, and shards
-        # run apart: such views need the whole set in one process.
+        # run apart: such views need the whole set in one process. (Named by its key: a result's name may depend on
+        # the number of images, compare's `pairs = "all"`.)
+        experiment = about_the_set[0]
         raise UsageError(
-            f"--shard {context.shard.index}/{context.shard.count}: {set_jobs[0].name()} is about the run's images "
-            "together and needs them all in one process; run it without --shard (in a config of its own)"
+            f"--shard {context.shard.index}/{context.shard.count}: {experiment.path} ({experiment.command}) is about "
+            "the run's images together and needs them all in one process; run it without --shard (in a config of "
+            "its own)"
         )
-    for experiment in config.experiments:
+    jobs: list[Job] = []  # every experiment's, planned for the images
+    for experiment in experiments:
         for job in experiment.jobs:
             try:
                 job.check_images(len(paths))
             except UsageError as error:
                 raise UsageError(located(experiment.path, str(error))) from error
+            jobs.append(job.plan_images(len(paths)))
     root = OutputStore(context.output_dir).folder(safe_name(config.name, "run"))
     model = context.model()
     bind_targets(jobs, model)
@@ -275,7 +284,8 @@ def merge_folders(
 def _across_images(context: CommandContext, merged: Manifest, into: Path) -> list[dict[str, Any]]:
     from vitcli.batch.record import result_entry
     from vitcli.jobs import ACROSS_IMAGES, AcrossImages
-    from vitcli.runner import Published, Publisher
+    from vitcli.publisher import Publisher
+    from vitcli.runner import Published
 
     by_experiment: dict[str, list[dict[str, Any]]] = {}
     for entry in merged.results:

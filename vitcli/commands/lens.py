@@ -1,8 +1,9 @@
-"""`vitcli lens`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.lens."""
+"""`vitcli lens`: the Typer command; its options, Jobs and builder are vitcli.jobs.lens."""
 
 from __future__ import annotations
 
-from vitcli.commands.target_options import TargetOption
+from typing import Any
+
 from vitcli.context import CommandContext
 from vitcli.jobs.lens import lens_jobs
 from vitcli.options import ImagesArgument
@@ -11,12 +12,13 @@ from vitcli.shell import vitcli_command
 
 @vitcli_command(
     "lens",
+    builder=lens_jobs,
     examples=[
         "vitcli lens examples/images/newfoundland_31.jpg",
         "vitcli lens photos/ --target Newfoundland --format csv",
     ],
 )
-def lens_command(context: CommandContext, images: ImagesArgument = None, target: TargetOption = None) -> None:
+def lens_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """Logit lens: the model's final norm and head read the CLS row (and the mean of the patch rows) after every
     block; the target's probability and rank and the top-1 per block, checked to equal the logits at the last."""
-    context.run(lens_jobs(target), images)
+    context.run(lens_jobs(**options), images)

@@ -1,10 +1,8 @@
-"""`vitcli patches`: the Typer command and its options; its Jobs and their builder are vitcli.jobs.patches."""
+"""`vitcli patches`: the Typer command; its options, Jobs and builder are vitcli.jobs.patches."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
+from typing import Any
 
 from vitcli.context import CommandContext
 from vitcli.jobs.patches import patches_jobs
@@ -14,21 +12,12 @@ from vitcli.shell import vitcli_command
 
 @vitcli_command(
     "patches",
+    builder=patches_jobs,
     examples=[
         "vitcli patches examples/images/newfoundland_31.jpg --patch 63",
         "vitcli patches examples/images/Persian_98.jpg --patch r4c6 --patch 74 --values 4",
     ],
 )
-def patches_command(
-    context: CommandContext,
-    images: ImagesArgument = None,
-    patch: Annotated[
-        list[str] | None,
-        typer.Option("--patch", "-p", help="Show this patch in full: 63, P63 or r4c6 (zero-based); repeatable."),
-    ] = None,
-    values: Annotated[
-        int, typer.Option("--values", min=1, help="Leading values shown per vector and CSV projection columns.")
-    ] = 8,
-) -> None:
+def patches_command(context: CommandContext, images: ImagesArgument = None, **options: Any) -> None:
     """The patch grid, channel-major flattening and the patch projection, checked against the model's Conv2d."""
-    context.run(patches_jobs(patch, values), images)
+    context.run(patches_jobs(**options), images)

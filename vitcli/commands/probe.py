@@ -1,20 +1,21 @@
-"""`vitcli probe`: the Typer command and its options; its Job (which keeps the features and the checkpoint in the
-output store) and builder are vitcli.jobs.probe."""
+"""`vitcli probe`: the Typer command; its options, its Job (which keeps the features and the checkpoint
+in the output store) and builder are vitcli.jobs.probe."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from vitcli.context import CommandContext
-from vitcli.jobs.probe import ProbeJob
+from vitcli.jobs.probe import ProbeJob, probe_jobs
 from vitcli.shell import vitcli_command
 
 
 @vitcli_command(
     "probe",
+    builder=probe_jobs,
     examples=[
         "vitcli probe pets/   # pets/dog/*.jpg, pets/cat/*.jpg",
         "vitcli probe pets/ --val-fraction 0.3 --split-seed 1 --weight-decay 1e-3",
@@ -26,22 +27,13 @@ def probe_command(
         Path,
         typer.Argument(metavar="DATA_DIR", help="An ImageFolder: one subfolder of images per class (dog/, cat/)."),
     ],
-    val_fraction: Annotated[
-        float, typer.Option("--val-fraction", help="Share of each class held out for validation (0 <= f < 1).")
-    ] = 0.2,
-    split_seed: Annotated[
-        int, typer.Option("--split-seed", help="Seed of the train/validation split (--seed seeds random weights).")
-    ] = 0,
-    weight_decay: Annotated[
-        float, typer.Option("--weight-decay", help="L2 penalty on the head's weights: decay / 2 x ||W||^2.")
-    ] = 1e-4,
+    **options: Any,
 ) -> None:
     """A linear probe: new classes on the frozen model's features (logistic regression), with a checkpoint that
     `--checkpoint` loads with the new class names."""
     from vitcli.runner import ProgressSteps, Report, progress_display
 
-    job = ProbeJob(val_fraction, split_seed, weight_decay, data_dir)
-    context.check([job])
+    (job,) = context.plan([ProbeJob(**options, data_dir=data_dir)])
     folder = job.image_folder  # its refusals come before the model loads
     model = context.model()
     with progress_display(context.show_progress(len(folder.paths))) as progress:

@@ -2,15 +2,15 @@
 
 Each command's Jobs and their builder live in a module of this package (vitcli.jobs.ablate, ...), below the command
 line: the command's Typer function (vitcli.commands), `vitcli run` configs and the Python API call the same builder
-with the command's own options. The runner checks each Job against the architecture before any weights load,
-computes it per image, turns the result into a Presentation and gives that to the output store (files) and the
-emitter (stdout). Nothing here imports torch.
+with the command's own options. Each Job is planned against the architecture before any weights load (Job.plan
+returns a new, validated Job and changes nothing); the runner computes the planned Job per image, turns the result
+into a Presentation and gives that to the output store (files) and the emitter (stdout). Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -76,14 +76,35 @@ class ImageWork:
         return self.clean
 
 
+class SetImages(list):  # list[Path]: the jobs about a set read it as the list of its paths
+    """The images of a job about the images together, in the run's order, with those that the run's per-image jobs
+    already decoded and preprocessed (kept only for a job that holds every image at once, `Job.holds_every_image`)."""
+
+    def __init__(self, paths: Iterable[Path], prepared: Mapping[Path, PreparedImage] | None = None):
+        super().__init__(paths)
+        self.prepared = dict(prepared or {})
+
+    def prepare(self, model: VitModel, path: Path) -> PreparedImage:
+        """`model.prepare(path)`, or the image the run already prepared from the same file."""
+        kept = self.prepared.get(path)
+        return kept if kept is not None else model.prepare(path)
+
+
 class Job(ABC):
     """One experiment with its settings, runnable on any number of images."""
 
     command: ClassVar[str]  # the CLI command (and `vitcli run` experiment) that makes this job
     needs_classes: ClassVar[bool] = True  # refused on a model without a classifier head
+    # False: the result depends on the architecture alone, and a session without weights can compute it
+    # (vitcli.session.UnloadedModel); its files then say so in their provenance (`provenance`)
+    needs_weights: ClassVar[bool] = True
     # "image": computed per image; "model": once per run, about the model alone; "set": once per run, about all its
     # images together (statistics that no one image's result holds, such as CKA across the images)
     scope: ClassVar[str] = "image"
+    # A job of scope "set" whose compute_set holds every image's preparation at once (compare): the runner keeps the
+    # images that the run's per-image jobs prepared and hands them over (SetImages.prepare) instead of decoding them
+    # again. The others stream through any number of images and decode each as they go.
+    holds_every_image: ClassVar[bool] = False
 
     @abstractmethod
     def name(self) -> str:
@@ -98,11 +119,31 @@ class Job(ABC):
         command with each option that makes it read more of the model (`attend --view rollout`)."""
         return (self.command,)
 
-    def check(self, architecture: Architecture) -> None:  # noqa: B027  (most jobs have nothing to check)
-        """Refuse settings the architecture cannot satisfy (block 13 of 12...) with UsageError, before weights load."""
+    def plan(self, architecture: Architecture) -> Job:
+        """This job planned for `architecture`, before weights load: settings it cannot satisfy (block 13 of 12...)
+        refused with UsageError, and a new job returned with every value that depends on it resolved (parsed heads,
+        token numbers, defaults fitted to the model) in its `planned`. The job planned is left as it was, so one job
+        can be planned for several models; a job with nothing to resolve returns itself."""
+        return self
+
+    @property
+    def planned(self) -> Any:
+        """What plan() resolved: the job's own frozen record of plain values, given to its constructor."""
+        if self._planned is None:
+            raise JobNotPlanned(
+                f"the {self.command} job was named or run before plan(architecture) resolved its settings"
+            )
+        return self._planned
+
+    _planned: Any = None
 
     def check_images(self, count: int) -> None:  # noqa: B027  (most jobs take any number of images)
         """Refuse a number of images the job cannot use (CKA of one image...) with UsageError, before weights load."""
+
+    def plan_images(self, count: int) -> Job:
+        """This job for a run of `count` images (after check_images): a new job with what depends on their number
+        resolved (compare's `--pairs all`); the job planned is left as it was. Most jobs: itself."""
+        return self
 
     def compute(self, work: ImageWork) -> Any:
         """The typed result for one image (jobs of scope "image")."""
@@ -112,7 +153,7 @@ class Job(ABC):
         """The typed result about the model alone (jobs of scope "model"), for `vitcli run`."""
         raise NotImplementedError(f"{self.command} computes per image")
 
-    def compute_set(self, model: VitModel, paths: list[Path], steps: Steps) -> Any:
+    def compute_set(self, model: VitModel, paths: SetImages, steps: Steps) -> Any:
         """The typed result about the run's images together (jobs of scope "set")."""
         raise NotImplementedError(f"{self.command} does not compute over a set of images")
 
@@ -125,6 +166,11 @@ class Job(ABC):
         """The subject folder of a result of scope "model" that is about something besides the model (probe's data
         folder); None: `model`."""
         return None
+
+    def provenance(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The provenance of this job's files, given the run's (the loaded model, the command line): the run's, or,
+        for a result that needs no weights, what the result does depend on, whichever front end computed it."""
+        return run
 
     def attach(self, publisher: Any) -> None:  # noqa: B027  (most jobs keep nothing in the store)
         """The run's publisher, before compute_set, for a job that keeps a cache in the output store (heads' text
@@ -152,6 +198,11 @@ class Job(ABC):
         super().__init_subclass__(**kwargs)
         if "present_across_images" in vars(cls) and "command" in vars(cls):
             ACROSS_IMAGES[cls.command] = cls
+
+
+class JobNotPlanned(RuntimeError):
+    """A job's name, settings or computation asked for before plan(architecture): a bug of the caller, not the user's
+    (every runner plans its jobs first), so no one-line refusal but an internal error."""
 
 
 # Job classes that sum up several images, by command: `vitcli merge` recomputes their results about the set.
@@ -184,7 +235,9 @@ JOB_BUILDERS: dict[str, Callable[..., list[Job]]] = {}
 
 
 def builds_jobs(command: str) -> Callable[[Callable[..., list[Job]]], Callable[..., list[Job]]]:
-    """Register `function(**options) -> list[Job]` for `command`; its parameters are the command's own options."""
+    """Register `function(**options) -> list[Job]` for `command`; its parameters are the command's own options, each
+    declared once as `Annotated[T, typer.Option(...)]` for the command line, configs and the API
+    (vitcli.declared_options)."""
 
     def register(function: Callable[..., list[Job]]) -> Callable[..., list[Job]]:
         JOB_BUILDERS[command] = function

@@ -1,4 +1,4 @@
-"""`vitcli ablate` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli ablate` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
@@ -6,17 +6,20 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.naming import result_name, setting
 from vitcli.spec import ascii_number
 from vitcli.target_class import resolve_target_text
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 SUBLAYERS = ("attn", "mlp")
 
@@ -78,6 +81,16 @@ def _items(text: str, option: str) -> list[str]:
 SKIPPED_NAMED = 10  # a warning about unreadable reference images names this many of them
 
 
+@dataclass(frozen=True)
+class AblatePlan:
+    """An ablate job's settings resolved against a model's blocks and heads (AblateJob.plan)."""
+
+    target: int | None  # the class followed; None: each image's clean top-1
+    ablations: tuple[Any, ...]  # experiments.ablation.Ablation: --heads' then --blocks', in the order given
+    named_heads: str | None  # the parsed --heads and --blocks as the name writes them
+    named_blocks: str | None
+
+
 class AblateJob(FollowsEmbedding, Job):
     command = "ablate"
 
@@ -89,6 +102,7 @@ class AblateJob(FollowsEmbedding, Job):
         mode: str,
         reference: list[Path],
         embedding: EmbeddingTarget | None = None,
+        planned: AblatePlan | None = None,
     ):
         self.embedding_target = embedding
         self.target_text = target
@@ -96,36 +110,37 @@ class AblateJob(FollowsEmbedding, Job):
         self.blocks = blocks
         self.mode = mode
         self.reference = reference  # sorted image paths; empty for --mode zero
-        self.target: int | None = None  # resolved by check()
-        self.ablations: list[Any] = []
-        self.named_heads: str | None = None  # the parsed --heads and --blocks as the name writes them, by check()
-        self.named_blocks: str | None = None
+        self._planned = planned
         self._replacements: dict[Path | None, Any] = {}  # by the resampled image (None: one for every image)
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> AblateJob:
         from vitcli.loading import require_pre_norm
 
         require_pre_norm(architecture.name)
-        self.ablations = []
+        ablations: list[Any] = []
+        named_heads = named_blocks = None
         if self.heads is not None:
             per_block = [place.heads for place in architecture.places] or [architecture.num_heads] * architecture.depth
             heads = parse_heads(self.heads, per_block)
-            every = parse_heads("all", per_block)
-            self.named_heads = _named("h", heads, every)
-            self.ablations += heads
+            named_heads = _named("h", heads, parse_heads("all", per_block))
+            ablations += heads
         if self.blocks is not None:
             blocks = parse_blocks(self.blocks, architecture.depth)
-            self.named_blocks = _named("s", blocks, parse_blocks("all", architecture.depth))
-            self.ablations += blocks
+            named_blocks = _named("s", blocks, parse_blocks("all", architecture.depth))
+            ablations += blocks
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
+        target = resolve_target_text(architecture, self.target_text)
+        planned = AblatePlan(target, tuple(ablations), named_heads, named_blocks)
+        return AblateJob(
+            self.target_text, self.heads, self.blocks, self.mode, self.reference, self.embedding_target, planned
+        )
 
     def name(self) -> str:
         return result_name(
             "ablate",
-            self.named_heads,
-            self.named_blocks,
+            self.planned.named_heads,
+            self.planned.named_blocks,
             setting("m", self.mode),
             setting("r", _paths_hash(self.reference) if self.reference else None),
             self.target_name_part(),
@@ -133,7 +148,7 @@ class AblateJob(FollowsEmbedding, Job):
 
     def settings(self) -> dict[str, Any]:
         return {
-            "target": self.target,
+            "target": self.planned.target,
             "heads": self.heads,
             "blocks": self.blocks,
             "mode": self.mode,
@@ -143,24 +158,25 @@ class AblateJob(FollowsEmbedding, Job):
                 "paths_hash": _paths_hash(self.reference) if self.reference else None,
                 "first": str(self.reference[0]) if self.reference else None,
             },
-            "ablations": len(self.ablations),
+            "ablations": len(self.planned.ablations),
             **self.embedding_settings(),
         }
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.ablation import RESAMPLE, ablate, reference_replacements, resample_source
 
+        ablations = list(self.planned.ablations)
         key = resample_source(self.reference, work.image.source.path) if self.mode == RESAMPLE else None
         if key not in self._replacements:
             paths = [key] if key is not None else self.reference
-            self._replacements[key] = reference_replacements(work.model, self.mode, self.ablations, paths)
-        work.steps.start(len(self.ablations), f"ablating {work.image.source.display_name}")
+            self._replacements[key] = reference_replacements(work.model, self.mode, ablations, paths)
+        work.steps.start(len(ablations), f"ablating {work.image.source.display_name}")
         return ablate(
             work.model,
             work.image,
-            self.ablations,
+            ablations,
             self._replacements[key],
-            self.target,
+            self.planned.target,
             on_progress=work.steps.advance,
             embedding=self.bound_target(work.model),
         )
@@ -227,24 +243,44 @@ def _run_images(arguments: list[str] | None) -> list[Path]:
 
 
 @builds_jobs("ablate")
+@follows_embedding_target
 def ablate_jobs(
-    target: str | None = None,
-    heads: str | None = None,
-    blocks: str | None = None,
-    mode: str = "zero",
-    reference: Path | None = None,
+    target: TargetOption = None,
+    heads: Annotated[
+        str | None,
+        typer.Option(
+            help="Heads to ablate one at a time: all, or BLOCK.HEAD items from one (4.2,11.3). Default: all, "
+            "unless only --blocks is given.",
+            show_default=False,
+        ),
+    ] = None,
+    blocks: Annotated[
+        str | None,
+        typer.Option(
+            help="Whole sublayers to ablate one at a time: all, or BLOCK.attn / BLOCK.mlp items (4.attn,4.mlp).",
+            show_default=False,
+        ),
+    ] = None,
+    mode: Annotated[
+        Mode,
+        typer.Option(
+            help="zero: the output becomes 0; mean: its mean over the reference images, token by token; resample: "
+            "its value on one reference image (the first, by path, that is not the image itself)."
+        ),
+    ] = Mode.zero,
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            help="Images (a folder, file or glob) for --mode mean and resample. Default: this run's images.",
+            show_default=False,
+        ),
+    ] = None,
     run_images: list[str] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
     """run_images: the command line's images, the default reference of --mode mean and resample (a `vitcli run`
     config does not pass them: there the reference must be given)."""
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
     mode = str(mode)
     if mode not in {member.value for member in Mode}:
         raise UsageError(f"unknown --mode {mode!r}: choose one of {', '.join(member.value for member in Mode)}")

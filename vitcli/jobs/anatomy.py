@@ -10,7 +10,9 @@ import math
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import Job, Presentation, builds_jobs
@@ -177,10 +179,37 @@ def chosen_views(view: list[View | str] | None, with_images: bool) -> list[View]
 
 @builds_jobs("anatomy")
 def anatomy_jobs(
-    view: list[View | str] | None = None,
-    norm_factor: float = DEFAULT_NORM_FACTOR,
-    pca_threshold: float = DEFAULT_PCA_THRESHOLD,
-    cka_minibatch: int = DEFAULT_CKA_MINIBATCH,
+    view: Annotated[
+        list[View] | None,
+        typer.Option(
+            "--view",
+            help="Repeatable. filters: principal components of the patch-embedding filters; positions: cosine "
+            "similarity of the position embeddings; distance: mean attention distance per head; cka: linear CKA "
+            "between blocks; pca: the last block's patch features to RGB; norms: high-norm tokens. Default: all "
+            "with images, else filters and positions.",
+            show_default=False,
+        ),
+    ] = None,
+    norm_factor: Annotated[
+        float,
+        typer.Option("--norm-factor", help="norms: list tokens whose norm exceeds this many times the block's median."),
+    ] = DEFAULT_NORM_FACTOR,
+    pca_threshold: Annotated[
+        float,
+        typer.Option(
+            "--pca-threshold",
+            help="pca: patches whose first principal component (min-max scaled over the images, 0 to 1) exceeds "
+            "this are foreground.",
+        ),
+    ] = DEFAULT_PCA_THRESHOLD,
+    cka_minibatch: Annotated[
+        int,
+        typer.Option(
+            "--cka-minibatch",
+            help=f"cka: images per minibatch of the unbiased HSIC estimator ({MIN_CKA_IMAGES} to {MAX_CKA_MINIBATCH}; "
+            "memory holds Gram matrices of this size, not activations).",
+        ),
+    ] = DEFAULT_CKA_MINIBATCH,
     with_images: bool = True,
 ) -> list[Job]:
     """One job per view, sharing one Survey. `with_images`: whether images come (the default views depend on it)."""

@@ -1,10 +1,13 @@
-"""`vitcli attend` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli attend` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
@@ -30,11 +33,22 @@ class Scale(StrEnum):
     zero = "zero"
 
 
+_ROLLOUT = "Rollout options"
 DEFAULT_TOP_K = 10
 
 
+@dataclass(frozen=True)
+class AttendPlan:
+    """An attend job's query, blocks and heads resolved against the model's grid (AttendJob.plan)."""
+
+    top_k: int  # --top-k, or its default fitted to the model's tokens
+    query: Any = None  # experiments.attention.Query; None with --query all and with --pool
+    blocks: tuple[int, ...] = ()  # one-based, for map and all-blocks (Swin: the block of the query's stage)
+    heads: tuple[int, ...] = ()  # one-based, for map, all-blocks and --pool
+
+
 class AttendJob(Job):
-    """One view of one query's attention; the query, blocks and heads are resolved against the grid by check()."""
+    """One view of one query's attention; the query, blocks and heads are resolved against the grid by plan()."""
 
     command = "attend"
     needs_classes = False
@@ -51,6 +65,7 @@ class AttendJob(Job):
         top_k: int | None,
         scale: str = Scale.own.value,
         pool: bool = False,
+        planned: AttendPlan | None = None,
     ):
         self.view = view
         self.pool = pool  # the attention pooling's attention over the final rows instead of a block's
@@ -59,11 +74,24 @@ class AttendJob(Job):
         self.head_fusion, self.discard_ratio = head_fusion, discard_ratio
         self.top_k = top_k
         self.scale = scale  # the figures' colour range: the maps' own, or from zero
-        self.query: Any = None  # experiments.attention.Query; None with --query all
-        self.blocks: list[int] = []  # one-based, for map and all-blocks
-        self.heads: list[int] = []
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> AttendJob:
+        return AttendJob(
+            self.view,
+            self.block,
+            self.head,
+            self.all_heads,
+            self.query_text,
+            self.head_fusion,
+            self.discard_ratio,
+            self.top_k,
+            self.scale,
+            self.pool,
+            self._resolve(architecture),
+        )
+
+    def _resolve(self, architecture: Any) -> AttendPlan:
         from vitcli.experiments import attention
         from vitcli.experiments.rollout import check_rollout_options
 
@@ -73,23 +101,27 @@ class AttendJob(Job):
 
             # The pooling's heads, read from the skeleton: they need not be the blocks' heads.
             pool_heads = require_vit(architecture.name).attn_pool.num_heads
-            self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
-            self.heads = attention.resolve_heads(pool_heads, self.head, self.all_heads or self.head is None)
-            return
+            top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
+            heads = attention.resolve_heads(pool_heads, self.head, self.all_heads or self.head is None)
+            return AttendPlan(top_k, heads=tuple(heads))
+        blocks: list[int] = []
+        heads = []
         if architecture.staged:
             # Swin: every stage has its own grid, so a query is a patch of one block's stage grid.
             refuse_across_stages(self.view, architecture)
-            self.blocks = attention.resolve_blocks(architecture.depth, self.block, False)
-            place = architecture.place(self.blocks[0])
+            blocks = attention.resolve_blocks(architecture.depth, self.block, False)
+            place = architecture.place(blocks[0])
             grid, num_heads = place.grid, place.heads
-        self.top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
+        top_k = fitted_count("--top-k", self.top_k, DEFAULT_TOP_K, grid.num_tokens, "the model's tokens")
+        query = None
         if not (self.view is View.summary and self.query_text.strip().lower() == "all"):
-            self.query = attention.parse_query(grid, self.query_text)
+            query = attention.parse_query(grid, self.query_text)
         if self.view is View.rollout:
             check_rollout_options(self.head_fusion, self.discard_ratio)
         if self.view in (View.map, View.all_blocks):
-            self.blocks = attention.resolve_blocks(architecture.depth, self.block, self.view is View.all_blocks)
-            self.heads = attention.resolve_heads(num_heads, self.head, self.all_heads)
+            blocks = attention.resolve_blocks(architecture.depth, self.block, self.view is View.all_blocks)
+            heads = attention.resolve_heads(num_heads, self.head, self.all_heads)
+        return AttendPlan(top_k, query, tuple(blocks), tuple(heads))
 
     def uses(self) -> tuple[str, ...]:
         if self.pool:
@@ -97,8 +129,9 @@ class AttendJob(Job):
         return ("attend",) if self.view is View.map else (f"attend --view {self.view.value}",)
 
     def name(self) -> str:
-        query = setting("q", "all" if self.query is None else _query_part(self.query))
-        top_k = setting("k", self.top_k if self.top_k != DEFAULT_TOP_K else None)
+        planned = self.planned
+        query = setting("q", "all" if planned.query is None else _query_part(planned.query))
+        top_k = setting("k", planned.top_k if planned.top_k != DEFAULT_TOP_K else None)
         scale = setting("sc", self.scale if self.scale != Scale.own.value else None)
         if self.pool:
             return result_name("pool-attention", setting("h", self.head or "all"), top_k, scale)
@@ -112,26 +145,29 @@ class AttendJob(Job):
         return result_name("attention", blocks, heads, query, top_k, scale)
 
     def settings(self) -> dict[str, Any]:
+        planned = self.planned
+        heads, blocks = list(planned.heads), list(planned.blocks)
         if self.pool:
-            return {"view": "pool", "heads": self.heads, "top_k": self.top_k, "scale": self.scale}
+            return {"view": "pool", "heads": heads, "top_k": planned.top_k, "scale": self.scale}
+        query = planned.query
         chosen: dict[str, Any] = {
             "view": self.view.value,
-            "query": "all" if self.query is None else self.query.name,
-            "query_token": None if self.query is None else self.query.token,
+            "query": "all" if query is None else query.name,
+            "query_token": None if query is None else query.token,
             "scale": self.scale,
         }
         if self.view in (View.map, View.all_blocks):
-            chosen |= {"blocks": self.blocks, "heads": self.heads, "top_k": self.top_k}
+            chosen |= {"blocks": blocks, "heads": heads, "top_k": planned.top_k}
         if self.view is View.rollout:
-            chosen |= {"head_fusion": self.head_fusion, "discard_ratio": self.discard_ratio, "top_k": self.top_k}
+            chosen |= {"head_fusion": self.head_fusion, "discard_ratio": self.discard_ratio, "top_k": planned.top_k}
         return chosen
 
     def compute(self, work: ImageWork) -> Any:
-        model, images = work.model, [work.image]
+        model, images, planned = work.model, [work.image], self.planned
         if self.pool:
             from vitcli.experiments.attention_pool import pool_attention
 
-            (result,) = pool_attention(model, images, self.heads, self.top_k)
+            (result,) = pool_attention(model, images, list(planned.heads), planned.top_k)
             return result
         from vitcli.experiments.attention import require_attention
 
@@ -140,15 +176,16 @@ class AttendJob(Job):
         if self.view is View.summary:
             from vitcli.experiments.attention_summary import summarize
 
-            (result,) = summarize(model, images, self.query)
+            (result,) = summarize(model, images, planned.query)
         elif self.view is View.rollout:
             from vitcli.experiments.rollout import rollout
 
-            (result,) = rollout(model, images, self.query, self.head_fusion, self.discard_ratio, self.top_k)
+            (result,) = rollout(model, images, planned.query, self.head_fusion, self.discard_ratio, planned.top_k)
         else:
             from vitcli.experiments.attention import attend
 
-            (result,) = attend(model, images, self.query, self.blocks, self.heads, self.top_k)
+            blocks, heads = list(planned.blocks), list(planned.heads)
+            (result,) = attend(model, images, planned.query, blocks, heads, planned.top_k)
         return result
 
     def present(self, result: Any) -> Presentation:
@@ -187,16 +224,61 @@ def _query_part(query: Any) -> str:
 
 @builds_jobs("attend")
 def attend_jobs(
-    view: View | str = View.map,
-    block: int | None = None,
-    head: int | None = None,
-    all_heads: bool = False,
-    query: str = "cls",
-    head_fusion: HeadFusion | str | None = None,
-    discard_ratio: float | None = None,
-    top_k: int | None = None,
-    scale: Scale | str = Scale.own,
-    pool: bool = False,
+    view: Annotated[
+        View,
+        typer.Option(
+            help="map: one block (--block) and head (--head or --all-heads); all-blocks: the query through every "
+            "block; summary: one row per block x head; rollout: attention rollout through every block."
+        ),
+    ] = View.map,
+    block: Annotated[int | None, typer.Option(help="Block, counted from 1 (--view map).", show_default=False)] = None,
+    head: Annotated[int | None, typer.Option(help="Head, counted from 1.", show_default=False)] = None,
+    all_heads: Annotated[
+        bool, typer.Option("--all-heads", help="Every head (--view map or all-blocks), on one common scale.")
+    ] = False,
+    query: Annotated[
+        str,
+        typer.Option(
+            help="Query token: a patch (74, P74), a zero-based grid position (r5c3), cls; 'all' with --view summary."
+        ),
+    ] = "cls",
+    head_fusion: Annotated[
+        HeadFusion | None,
+        typer.Option(help="How rollout fuses the heads (default mean).", show_default=False, rich_help_panel=_ROLLOUT),
+    ] = None,
+    discard_ratio: Annotated[
+        float | None,
+        typer.Option(
+            help="Rollout: share of each row's smallest entries set to 0, CLS kept (default 0).",
+            show_default=False,
+            rich_help_panel=_ROLLOUT,
+        ),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            "-k",
+            help=f"How many top sources the table lists (default {DEFAULT_TOP_K}, or the model's tokens if fewer).",
+            show_default=False,
+        ),
+    ] = None,
+    scale: Annotated[
+        Scale,
+        typer.Option(
+            "--scale",
+            help="Colour range of the figures: own (each figure's smallest to largest patch value, so near-uniform "
+            "rows show their structure) or zero (from 0). The colour bar says which.",
+        ),
+    ] = Scale.own,
+    pool: Annotated[
+        bool,
+        typer.Option(
+            "--pool",
+            help="The attention pooling's attention (SigLIP's 'map' head) over the final rows, per head (--head "
+            "selects one; default every head).",
+        ),
+    ] = False,
 ) -> list[Job]:
     """Refuse options the view does not use (no model needed), then one job for the view."""
     views = [choice.value for choice in View]

@@ -1,23 +1,35 @@
-"""`vitcli attribute` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli attribute` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, TargetPlan, follows_embedding_target
 from vitcli.naming import result_name, setting
 from vitcli.target_class import resolve_contrast, resolve_target_text, target_or_top1
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 
 class By(StrEnum):
     block = "block"
     head = "head"
     token = "token"
+
+
+ContrastOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contrast",
+        help="A second class: attribute the logit difference target - contrast (an index or a label).",
+        show_default=False,
+    ),
+]
 
 
 class AttributeJob(FollowsEmbedding, Job):
@@ -30,16 +42,16 @@ class AttributeJob(FollowsEmbedding, Job):
         by: str,
         block: int | None,
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
         self.embedding_target = embedding
         self.target_text = target
         self.contrast_text = contrast
         self.by = by
         self.block = block
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> AttributeJob:
         from vitcli.capture import family_of
         from vitcli.experiments.readout import readout_refusal
         from vitcli.loading import require_pre_norm
@@ -69,8 +81,9 @@ class AttributeJob(FollowsEmbedding, Job):
                 )
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+        target = resolve_target_text(architecture, self.target_text)
+        planned = TargetPlan(target, resolve_contrast(architecture.labels, self.contrast_text, target))
+        return AttributeJob(self.target_text, self.contrast_text, self.by, self.block, self.embedding_target, planned)
 
     def uses(self) -> tuple[str, ...]:
         return ("attribute",) if self.by == "block" else (f"attribute --by {self.by}",)
@@ -81,13 +94,13 @@ class AttributeJob(FollowsEmbedding, Job):
             self.by,
             setting("b", self.block),
             self.target_name_part(),
-            setting("c", self.contrast),
+            setting("c", self.planned.contrast),
         )
 
     def settings(self) -> dict[str, Any]:
         return {
-            "target": self.target,
-            "contrast": self.contrast,
+            "target": self.planned.target,
+            "contrast": self.planned.contrast,
             "by": self.by,
             "block": self.block,
             **self.embedding_settings(),
@@ -99,12 +112,13 @@ class AttributeJob(FollowsEmbedding, Job):
         if self.embedding_target is not None:
             embedding = self.bound_target(work.model)
             return attribute(work.model, work.image, None, None, self.by, self.block, embedding)
-        target = target_or_top1(self.target, work.clean_logits())
-        if target == self.contrast:
+        contrast = self.planned.contrast
+        target = target_or_top1(self.planned.target, work.clean_logits())
+        if target == contrast:
             raise VitcliError(
-                f"--contrast {self.contrast} is this image's top-1, the default target: give --target or another class"
+                f"--contrast {contrast} is this image's top-1, the default target: give --target or another class"
             )
-        return attribute(work.model, work.image, target, self.contrast, self.by, self.block)
+        return attribute(work.model, work.image, target, contrast, self.by, self.block)
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import attribution as view
@@ -113,20 +127,24 @@ class AttributeJob(FollowsEmbedding, Job):
 
 
 @builds_jobs("attribute")
+@follows_embedding_target
 def attribute_jobs(
-    target: str | None = None,
-    contrast: str | None = None,
-    by: str = "block",
-    block: int | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    by: Annotated[
+        By,
+        typer.Option(
+            help="block: the embedding and each block's attention and MLP; head: every head (and each block's "
+            "attention bias); token: each source token through each head of --block."
+        ),
+    ] = By.block,
+    block: Annotated[
+        int | None,
+        typer.Option(help="The block (from 1) of --by token.", show_default=False),
+    ] = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
     by = str(by)
     if by not in {member.value for member in By}:
         raise UsageError(f"unknown --by {by!r}: choose one of {', '.join(member.value for member in By)}")

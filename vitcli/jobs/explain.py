@@ -1,11 +1,14 @@
-"""`vitcli explain` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli explain` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.experiments.explain_options import (
@@ -29,14 +32,32 @@ from vitcli.explain_methods import (
     READS_BLOCK_METHODS,
 )
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.explain_options import audit_name_parts, audit_settings
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.explain_options import (
+    Baseline,
+    BaselineOption,
+    ContrastOption,
+    IgStepsOption,
+    MasksOption,
+    NoiseOption,
+    NoiseSeedOption,
+    RadiusOption,
+    RoadOption,
+    RobustnessOption,
+    SamplesOption,
+    SanityOption,
+    SanitySeedOption,
+    SanityThresholdOption,
+    audit_name_parts,
+    audit_settings,
+)
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, follows_embedding_target
 from vitcli.jobs.occlude import Fill
 from vitcli.naming import result_name, setting
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 from vitcli.target_class import resolve_contrast, resolve_target_text
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
+_FAITHFULNESS = "Faithfulness options"
 DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 
 # The command's choices, from the registry (vitcli.explain_methods); occlusion runs one forward per patch, so it is
@@ -64,6 +85,16 @@ def refuse_on_stages(methods: list[str], block: int, architecture: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ExplainPlan:
+    """An explain job's block, steps and classes resolved against the model (ExplainJob.plan)."""
+
+    block: int  # --block, or the last block
+    steps: int | None  # --steps of the faithfulness curves, or their default fitted to the patches; None without them
+    target: int | None  # None: each image's clean top-1
+    contrast: int | None
+
+
 class ExplainJob(FollowsEmbedding, Job):
     command = "explain"
 
@@ -81,6 +112,7 @@ class ExplainJob(FollowsEmbedding, Job):
         gradients: GradientOptions | None = None,
         audits: AuditOptions | None = None,
         embedding: EmbeddingTarget | None = None,
+        planned: ExplainPlan | None = None,
     ):
         self.embedding_target = embedding
         self.methods = methods
@@ -94,26 +126,39 @@ class ExplainJob(FollowsEmbedding, Job):
         self.contrast_text = contrast
         self.gradients = gradients or GradientOptions()
         self.audits = audits or AuditOptions()
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> ExplainJob:
         depth, patches = architecture.depth, architecture.map_grid.num_patches
-        if self.block is None:
-            self.block = depth
-        if not 1 <= self.block <= depth:
-            raise UsageError(f"--block must be between 1 and {depth} (the model's blocks), not {self.block}")
+        block = depth if self.block is None else self.block
+        if not 1 <= block <= depth:
+            raise UsageError(f"--block must be between 1 and {depth} (the model's blocks), not {block}")
         if architecture.staged:
-            refuse_on_stages(self.methods, self.block, architecture)
+            refuse_on_stages(self.methods, block, architecture)
+        steps = None
         if self.faithfulness:
-            if self.steps is None:
-                self.steps = min(DEFAULT_STEPS, patches)
-            if not 1 <= self.steps <= patches:
-                raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {self.steps}")
+            steps = min(DEFAULT_STEPS, patches) if self.steps is None else self.steps
+            if not 1 <= steps <= patches:
+                raise UsageError(f"--steps must be between 1 and {patches} (the patches), not {steps}")
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+        target = resolve_target_text(architecture, self.target_text)
+        contrast = resolve_contrast(architecture.labels, self.contrast_text, target)
+        return ExplainJob(
+            self.methods,
+            self.target_text,
+            self.block,
+            self.fill,
+            self.faithfulness,
+            self.steps,
+            self.random_orders,
+            self.order_seed,
+            self.contrast_text,
+            self.gradients,
+            self.audits,
+            self.embedding_target,
+            ExplainPlan(block, steps, target, contrast),
+        )
 
     def uses(self) -> tuple[str, ...]:
         """explain's row of the support table, and the row of each method that needs more of the model."""
@@ -121,14 +166,15 @@ class ExplainJob(FollowsEmbedding, Job):
         return ("explain", *(f"explain --method {method}" for method in needing))
 
     def name(self) -> str:
+        planned = self.planned
         reads_block = READS_BLOCK_METHODS & set(self.methods)
         covers = bool(COVERING_METHODS & set(self.methods)) or self.faithfulness
         parts = [
             setting("m", self.methods),
-            setting("b", self.block) if reads_block else None,
+            setting("b", planned.block) if reads_block else None,
             self.fill if covers else None,
             self.target_name_part(),
-            setting("c", self.contrast) if self.contrast is not None else None,
+            setting("c", planned.contrast) if planned.contrast is not None else None,
         ]
         if "ig" in self.methods:
             parts += [setting("ig", self.gradients.ig_steps), self.gradients.baseline]
@@ -140,21 +186,22 @@ class ExplainJob(FollowsEmbedding, Job):
             parts.append(setting("ns", self.gradients.seed))  # the audits' parts carry it otherwise
         parts += audit_name_parts(self.audits, self.gradients)
         if self.faithfulness:
-            parts += [setting("f", self.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
+            parts += [setting("f", planned.steps), setting("r", self.random_orders), setting("o", self.order_seed)]
         return result_name("explain", *parts)
 
     def settings(self) -> dict[str, Any]:
+        planned = self.planned
         return {
             "methods": self.methods,
-            "target": self.target,
+            "target": planned.target,
             **self.embedding_settings(),
-            "block": self.block,
+            "block": planned.block,
             "fill": self.fill,
             "faithfulness": self.faithfulness,
-            "steps": self.steps,
+            "steps": planned.steps,
             "random_orders": self.random_orders,
             "order_seed": self.order_seed,
-            "contrast": self.contrast,
+            "contrast": planned.contrast,
             "ig_steps": self.gradients.ig_steps,
             "baseline": self.gradients.baseline,
             "samples": self.gradients.samples,
@@ -164,33 +211,35 @@ class ExplainJob(FollowsEmbedding, Job):
         }
 
     def compute(self, work: ImageWork) -> Any:
-        return self.explain_image(work, self.target)
+        return self.explain_image(work, self.planned.target, self.methods)
 
-    def explain_image(self, work: ImageWork, target: int | None) -> Any:
-        """The maps and audits of one image for class `target` (None: the clean top-1), as the settings say."""
+    def explain_image(self, work: ImageWork, target: int | None, methods: list[str]) -> Any:
+        """The maps and audits of one image by `methods` for class `target` (None: the clean top-1), with the other
+        settings as planned."""
         from vitcli.experiments.explain import MapSettings, count_work, explain
         from vitcli.experiments.explain_audits import audit, count_audit_work
         from vitcli.experiments.faithfulness import FaithfulnessOptions
 
-        options = FaithfulnessOptions(self.steps, self.random_orders, self.order_seed) if self.faithfulness else None
-        total = count_work(work.model, self.methods, options, self.gradients)
+        planned = self.planned
+        options = FaithfulnessOptions(planned.steps, self.random_orders, self.order_seed) if self.faithfulness else None
+        total = count_work(work.model, methods, options, self.gradients)
         if self.audits.any:
-            settings = MapSettings(self.block or work.model.depth, self.fill, gradients=self.gradients)
-            total += count_audit_work(work.model, self.methods, settings, self.audits)
+            settings = MapSettings(planned.block, self.fill, gradients=self.gradients)
+            total += count_audit_work(work.model, methods, settings, self.audits)
         if total:
             work.steps.start(total, f"explaining {work.image.source.display_name}")
         embedding = self.bound_target(work.model)
         result = explain(
             work.model,
             work.image,
-            self.methods,
+            methods,
             None if target is None else str(target),
-            self.block,
+            planned.block,
             self.fill,
             faithfulness=options,
             on_progress=work.steps.advance,
             clean_logits=None if embedding is not None else work.clean_logits(),
-            contrast=None if self.contrast is None else str(self.contrast),
+            contrast=None if planned.contrast is None else str(planned.contrast),
             gradient_options=self.gradients,
             embedding=embedding,
         )
@@ -259,37 +308,73 @@ class ExplainJob(FollowsEmbedding, Job):
 
 
 @builds_jobs("explain")
+@follows_embedding_target
 def explain_jobs(
-    method: list[str] | None = None,
-    target: str | None = None,
-    block: int | None = None,
-    fill: str = "gray",
-    faithfulness: bool = False,
-    steps: int | None = None,
-    random_orders: int = 5,
-    order_seed: int = 0,
-    contrast: str | None = None,
-    ig_steps: int = DEFAULT_IG_STEPS,
-    baseline: str = "gray",
-    samples: int = DEFAULT_SAMPLES,
-    noise: float = DEFAULT_NOISE,
-    noise_seed: int = 0,
-    masks: str | None = None,
-    robustness: bool = False,
-    radius: float = DEFAULT_RADIUS,
-    road: bool = False,
-    sanity: bool = False,
-    sanity_seed: int = 0,
-    sanity_threshold: float = DEFAULT_SANITY_THRESHOLD,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    method: Annotated[
+        list[Method] | None,
+        typer.Option(
+            "--method",
+            "-M",
+            help="relevance (Chefer et al. ICCV 2021), grad-rollout, gradcam (at --block's norm1), attention "
+            "(--block's CLS row, heads averaged), rollout, occlusion (one forward per patch), ig (Integrated "
+            "Gradients), smoothgrad, gradient (gradient x input), dla (each patch's direct contribution through "
+            "every block's attention heads, attribute --by token summed), and two baselines that read no model: random "
+            "(uniform per patch, seeded by --noise-seed and the image) and edge (the input's Sobel magnitude); "
+            "repeatable. "
+            f"Default: {', '.join(DEFAULT_METHODS)}.",
+            show_default=False,
+        ),
+    ] = None,
+    target: TargetOption = None,
+    block: Annotated[
+        int | None,
+        typer.Option(
+            help="Block (from 1) whose norm1 output gradcam reads and whose attention `attention` shows. "
+            "Default: the last.",
+            show_default=False,
+        ),
+    ] = None,
+    fill: Annotated[
+        Fill,
+        typer.Option(help="What covered pixels become (occlusion and --faithfulness), as in the occlusion commands."),
+    ] = Fill.gray,
+    faithfulness: Annotated[
+        bool,
+        typer.Option(
+            "--faithfulness",
+            help="Deletion and insertion curves per map and their AUCs (trapezoidal over the fraction of patches "
+            "0..1, unperturbed point included; lower deletion and higher insertion AUC are better).",
+            rich_help_panel=_FAITHFULNESS,
+        ),
+    ] = False,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Points after the unperturbed one (default {DEFAULT_STEPS}, at most the patches).",
+            show_default=False,
+            rich_help_panel=_FAITHFULNESS,
+        ),
+    ] = None,
+    random_orders: Annotated[
+        int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
+    ] = 5,
+    order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
+    contrast: ContrastOption = None,
+    ig_steps: IgStepsOption = DEFAULT_IG_STEPS,
+    baseline: BaselineOption = Baseline.gray,
+    samples: SamplesOption = DEFAULT_SAMPLES,
+    noise: NoiseOption = DEFAULT_NOISE,
+    noise_seed: NoiseSeedOption = 0,
+    masks: MasksOption = None,
+    robustness: RobustnessOption = False,
+    radius: RadiusOption = DEFAULT_RADIUS,
+    road: RoadOption = False,
+    sanity: SanityOption = False,
+    sanity_seed: SanitySeedOption = 0,
+    sanity_threshold: SanityThresholdOption = DEFAULT_SANITY_THRESHOLD,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
     if embedding is not None and sanity:
         raise UsageError(
             f"--sanity compares the maps with those of a random other class; it does not apply to {embedding.option}"

@@ -1,12 +1,23 @@
-"""`vitcli explore` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli explore` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.naming import result_name, setting
+
+
+@dataclass(frozen=True)
+class ExplorePlan:
+    """The blocks an explore page shows, resolved against the model's depth (ExploreJob.plan)."""
+
+    blocks: tuple[int, ...]  # one-based
+    depth: int  # the model's blocks: the name says `all` for every one of them
 
 
 class ExploreJob(Job):
@@ -15,49 +26,48 @@ class ExploreJob(Job):
     command = "explore"
     needs_classes = False
 
-    def __init__(self, blocks: str | None, explain: bool = False):
-        from vitcli.jobs.explain import explain_jobs
-
+    def __init__(self, blocks: str | None, explain: Job | None = None, planned: ExplorePlan | None = None):
+        """`explain`: explain's own job with its defaults (every cheap method, the top-1 class), whose maps the page
+        shows as `vitcli explain` draws them; planned with this job."""
         self.blocks_text = blocks
-        self.blocks: list[int] = []  # one-based, resolved by check()
-        self.depth = 0
-        # explain's own job with its defaults (every cheap method, the top-1 class): the maps `vitcli explain` draws
-        self.explain = explain_jobs()[0] if explain else None
-        self.needs_classes = explain  # type: ignore[misc]  (explain's maps follow a class)
+        self.explain = explain
+        self.needs_classes = explain is not None  # type: ignore[misc]  (explain's maps follow a class)
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> ExploreJob:
         from vitcli.experiments.explore import check_page_bound, parse_blocks
 
-        self.blocks = parse_blocks(self.blocks_text, architecture.depth)
-        self.depth = architecture.depth
+        blocks = parse_blocks(self.blocks_text, architecture.depth)
         check_page_bound(
             architecture.name,
             architecture.depth,
             architecture.num_heads,
             architecture.grid,
-            self.blocks,
+            blocks,
             self.blocks_text is not None,
         )
-        if self.explain is not None:
-            self.explain.check(architecture)
+        explain = None if self.explain is None else self.explain.plan(architecture)
+        return ExploreJob(self.blocks_text, explain, ExplorePlan(tuple(blocks), architecture.depth))
 
     def uses(self) -> tuple[str, ...]:
         return ("explore --explain",) if self.explain is not None else ("explore",)
 
     def name(self) -> str:
-        every = self.blocks == list(range(1, self.depth + 1))  # `all`, `1-12` and no --blocks: one name
-        blocks = setting("b", None if every else _blocks_part(self.blocks))
+        chosen = list(self.planned.blocks)
+        every = chosen == list(range(1, self.planned.depth + 1))  # `all`, `1-12` and no --blocks: one name
+        blocks = setting("b", None if every else _blocks_part(chosen))
         return result_name("explore", blocks, "explain" if self.explain is not None else None)
 
     def settings(self) -> dict[str, Any]:
-        return {"blocks": self.blocks, "explain": None if self.explain is None else self.explain.settings()}
+        explain = None if self.explain is None else self.explain.settings()
+        return {"blocks": list(self.planned.blocks), "explain": explain}
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.attention import require_attention
         from vitcli.experiments.explore import explore
 
         require_attention(work.model)  # the explicit forward, or the family's captured attn.hook_pattern
-        (result,) = explore(work.model, [work.image], self.blocks)
+        (result,) = explore(work.model, [work.image], list(self.planned.blocks))
         if self.explain is not None:
             result.explanation = self.explain.compute(work)
         return result
@@ -84,5 +94,23 @@ def _blocks_part(blocks: list[int]) -> str:
 
 
 @builds_jobs("explore")
-def explore_jobs(blocks: str | None = None, explain: bool = False) -> list[Job]:
-    return [ExploreJob(blocks, explain)]
+def explore_jobs(
+    blocks: Annotated[
+        str | None,
+        typer.Option(
+            help="Blocks on the page: 4, 1-4, 1,6,12 or all (default: all, when they fit the page's bound of "
+            "2,000,000 attention values).",
+            show_default=False,
+        ),
+    ] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Also compute `vitcli explain`'s default maps (top-1 class) and offer them in the main panel.",
+        ),
+    ] = False,
+) -> list[Job]:
+    from vitcli.jobs.explain import explain_jobs
+
+    return [ExploreJob(blocks, explain_jobs()[0] if explain else None)]

@@ -8,8 +8,11 @@ bank file's SHA-256 and the weights' parameter SHA-256: a later run with the sam
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
 from vitcli.jobs import Job, Presentation, builds_jobs
@@ -23,32 +26,47 @@ MIN_IMAGES = 2  # a head's variance is over the images
 CACHE_SUBJECT = "text-embeddings"
 
 
+@dataclass(frozen=True)
+class HeadsPlan:
+    """The heads described, resolved against the model's depth (HeadsJob.plan)."""
+
+    blocks: int  # this many last blocks
+
+
 class HeadsJob(Job):
     command = "heads"
     needs_classes = False  # texts take the classes' place
     scope = "set"
 
-    def __init__(self, texts: Path | str, blocks: int | None = None, k: int = DEFAULT_K):
+    def __init__(self, bank: TextBank, blocks: int | None = None, k: int = DEFAULT_K, planned: HeadsPlan | None = None):
         if blocks is not None and blocks < 1:
             raise UsageError(f"--blocks must be at least 1, not {blocks}")
         if k < 1:
             raise UsageError(f"--k must be at least 1, not {k}")
-        self.bank: TextBank = read_text_bank(Path(texts))
-        self.blocks = blocks  # None: the last DEFAULT_BLOCKS, or every block of a shallower model (check() says)
+        self.bank = bank
+        self.blocks = blocks  # None: the last DEFAULT_BLOCKS, or every block of a shallower model
         self.k = k
+        self._planned = planned
         self.publisher: Any = None  # where the text embeddings are cached; attach() sets it
 
     def name(self) -> str:
-        return result_name("heads", setting("b", self.blocks), setting("k", self.k), f"t{self.bank.sha256[:10]}")
+        return result_name(
+            "heads", setting("b", self.planned.blocks), setting("k", self.k), f"t{self.bank.sha256[:10]}"
+        )
 
     def settings(self) -> dict[str, Any]:
-        return {"texts": str(self.bank.path), "texts_sha256": self.bank.sha256, "blocks": self.blocks, "k": self.k}
+        return {
+            "texts": str(self.bank.path),
+            "texts_sha256": self.bank.sha256,
+            "blocks": self.planned.blocks,
+            "k": self.k,
+        }
 
-    def check(self, architecture: Any) -> None:
-        if self.blocks is None:
-            self.blocks = min(DEFAULT_BLOCKS, architecture.depth)
-        elif self.blocks > architecture.depth:
+    def plan(self, architecture: Any) -> HeadsJob:
+        if self.blocks is not None and self.blocks > architecture.depth:
             raise UsageError(f"--blocks {self.blocks}: {architecture.name} has {architecture.depth} blocks")
+        described = min(DEFAULT_BLOCKS, architecture.depth) if self.blocks is None else self.blocks
+        return HeadsJob(self.bank, self.blocks, self.k, HeadsPlan(described))
 
     def check_images(self, count: int) -> None:
         if count < MIN_IMAGES:
@@ -86,7 +104,7 @@ class HeadsJob(Job):
             steps.advance(count - done[0])
             done[0] = count
 
-        result = describe_heads(model, readable(), self.bank, embeddings, self.blocks, self.k, cached, advance)
+        result = describe_heads(model, readable(), self.bank, embeddings, self.planned.blocks, self.k, cached, advance)
         result.skipped = skipped
         return result
 
@@ -122,7 +140,24 @@ class HeadsJob(Job):
 
 
 @builds_jobs("heads")
-def heads_jobs(texts: str | None = None, blocks: int | None = None, k: int = DEFAULT_K) -> list[Job]:
+def heads_jobs(
+    texts: Annotated[
+        Path | None,
+        typer.Option("--texts", help="The text bank: a UTF-8 file, one text per line.", show_default=False),
+    ] = None,
+    blocks: Annotated[
+        int | None,
+        typer.Option(
+            "--blocks",
+            help=f"Describe the heads of this many last blocks (default {DEFAULT_BLOCKS} as in the paper, or all if "
+            "fewer).",
+            show_default=False,
+        ),
+    ] = None,
+    k: Annotated[
+        int, typer.Option("--k", help="Texts per head, chosen greedily by the variance they explain.")
+    ] = DEFAULT_K,
+) -> list[Job]:
     if texts is None:
         raise UsageError('heads needs a text bank: --texts FILE (`texts = "FILE"` in a config), one text per line')
-    return [HeadsJob(texts, blocks, k)]
+    return [HeadsJob(read_text_bank(Path(texts)), blocks, k)]

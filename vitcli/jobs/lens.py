@@ -1,4 +1,4 @@
-"""`vitcli lens` as a library: its Job (settings, checks, name, computation, presentation) and the builder
+"""`vitcli lens` as a library: its Job (settings, plan, name, computation, presentation) and the builder
 that the command, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
+from vitcli.jobs.following import TargetOption, TargetPlan
 from vitcli.naming import result_name, setting
 from vitcli.target_class import resolve_target_text
 
@@ -13,23 +14,25 @@ from vitcli.target_class import resolve_target_text
 class LensJob(Job):
     command = "lens"
 
-    def __init__(self, target: str | None):
+    def __init__(self, target: str | None, planned: TargetPlan | None = None):
         self.target_text = target
-        self.target: int | None = None  # resolved by check()
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
-        self.target = resolve_target_text(architecture, self.target_text)
+    def plan(self, architecture: Any) -> LensJob:
+        return LensJob(self.target_text, TargetPlan(resolve_target_text(architecture, self.target_text)))
 
     def name(self) -> str:
-        return result_name("lens", setting("t", "top1" if self.target is None else self.target))
+        target = self.planned.target
+        return result_name("lens", setting("t", "top1" if target is None else target))
 
     def settings(self) -> dict[str, Any]:
-        return {"target": self.target}
+        return {"target": self.planned.target}
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.lens import logit_lens
 
-        return logit_lens(work.model, work.image, None if self.target is None else str(self.target))
+        target = self.planned.target
+        return logit_lens(work.model, work.image, None if target is None else str(target))
 
     def present(self, result: Any) -> Presentation:
         from vitcli.presentation import lens as view
@@ -38,5 +41,5 @@ class LensJob(Job):
 
 
 @builds_jobs("lens")
-def lens_jobs(target: str | None = None) -> list[Job]:
+def lens_jobs(target: TargetOption = None) -> list[Job]:
     return [LensJob(target)]

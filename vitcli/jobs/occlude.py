@@ -1,16 +1,19 @@
-"""`vitcli occlude-quadrants` and `occlude-patches` as a library: their Jobs (settings, checks, name, computation,
+"""`vitcli occlude-quadrants` and `occlude-patches` as a library: their Jobs (settings, plan, name, computation,
 presentation) and the builders that the commands, `vitcli run` configs and the Python API call."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, TargetPlan, follows_embedding_target
 from vitcli.naming import result_name, setting
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 
 class Fill(StrEnum):
@@ -21,29 +24,48 @@ class Fill(StrEnum):
     blur = "blur"
 
 
+FillOption = Annotated[
+    Fill,
+    typer.Option(
+        help="What covered pixels become: gray = the checkpoint's mean (normalized 0), black, white, "
+        "mean = this image's mean colour, blur = a Gaussian-blurred copy (sigma half a patch)."
+    ),
+]
+
+
 class OcclusionJob(FollowsEmbedding, Job):
-    """Covers over one image and the fall of the target probability; the target is resolved by check()."""
+    """Covers over one image and the fall of the target probability; the target is resolved by plan()."""
 
     command = "occlude-quadrants"
 
-    def __init__(self, target: str | None, fill: Fill, embedding: EmbeddingTarget | None = None):
+    def __init__(
+        self,
+        target: str | None,
+        fill: Fill,
+        embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | PatchOcclusionPlan | None = None,
+    ):
         self.embedding_target = embedding
         self.target_text = target
         self.fill = fill
-        self.target: int | None = None  # class index; None follows each image's clean top-1
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> OcclusionJob:
+        return OcclusionJob(self.target_text, self.fill, self.embedding_target, self._target_plan(architecture))
+
+    def _target_plan(self, architecture: Any) -> TargetPlan:
         from vitcli.target_class import resolve_target_text
 
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
+        return TargetPlan(resolve_target_text(architecture, self.target_text))
 
     def target_argument(self, work: ImageWork) -> Any:
         """What the experiment follows: the embedding target on this model, the class index, or None (top-1)."""
         if self.embedding_target is not None:
             return self.bound_target(work.model)
-        return None if self.target is None else str(self.target)
+        target = self.planned.target
+        return None if target is None else str(target)
 
     def clean_logits(self, work: ImageWork) -> Any:
         return None if self.embedding_target is not None else work.clean_logits()
@@ -52,7 +74,7 @@ class OcclusionJob(FollowsEmbedding, Job):
         return result_name("occlusion-quadrants", self.fill.value, self.target_name_part())
 
     def settings(self) -> dict[str, Any]:
-        target = "top1" if self.target is None else self.target
+        target = "top1" if self.planned.target is None else self.planned.target
         return {"fill": self.fill.value, "target": target, **self.embedding_settings()}
 
     def compute(self, work: ImageWork) -> Any:
@@ -68,8 +90,16 @@ class OcclusionJob(FollowsEmbedding, Job):
         return Presentation.of(view, result)
 
 
+@dataclass(frozen=True)
+class PatchOcclusionPlan:
+    """The target and the covers laid on the model's grid (PatchOcclusionJob.plan)."""
+
+    target: int | None  # None: each image's clean top-1
+    windows: Any  # experiments.occlusion.SlidingWindows
+
+
 class PatchOcclusionJob(OcclusionJob):
-    """Square covers slid over the input; the windows are laid on the grid by check()."""
+    """Square covers slid over the input; the windows are laid on the grid by plan()."""
 
     command = "occlude-patches"
 
@@ -80,21 +110,23 @@ class PatchOcclusionJob(OcclusionJob):
         size: int | None,
         stride: int | None,
         embedding: EmbeddingTarget | None = None,
+        planned: PatchOcclusionPlan | None = None,
     ):
-        super().__init__(target, fill, embedding)
+        super().__init__(target, fill, embedding, planned)
         self.size, self.stride = size, stride
-        self.windows: Any = None  # experiments.occlusion.SlidingWindows
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> PatchOcclusionJob:
         from vitcli.experiments.occlusion import SlidingWindows
 
-        super().check(architecture)
+        target = self._target_plan(architecture).target
         grid = architecture.map_grid  # Swin: one cover per token of the last stage (7x7 of 32 pixels)
         size = self.size if self.size is not None else grid.patch_size
-        self.windows = SlidingWindows(grid, size, self.stride if self.stride is not None else size)
+        windows = SlidingWindows(grid, size, self.stride if self.stride is not None else size)
+        planned = PatchOcclusionPlan(target, windows)
+        return PatchOcclusionJob(self.target_text, self.fill, self.size, self.stride, self.embedding_target, planned)
 
     def name(self) -> str:
-        windows = self.windows
+        windows = self.planned.windows
         return result_name(
             "occlusion-patches",
             setting("s", windows.size),
@@ -104,16 +136,18 @@ class PatchOcclusionJob(OcclusionJob):
         )
 
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "size": self.windows.size, "stride": self.windows.stride}
+        windows = self.planned.windows
+        return {**super().settings(), "size": windows.size, "stride": windows.stride}
 
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.occlusion import occlude_patches
 
-        work.steps.start(len(self.windows), f"occluding {work.image.source.display_name}")
+        windows = self.planned.windows
+        work.steps.start(len(windows), f"occluding {work.image.source.display_name}")
         return occlude_patches(
             work.model,
             work.image,
-            self.windows,
+            windows,
             self.target_argument(work),
             self.fill.value,
             on_batch=work.steps.advance,
@@ -136,34 +170,28 @@ def _fill(fill: Fill | str) -> Fill:
 
 
 @builds_jobs("occlude-quadrants")
+@follows_embedding_target
 def occlude_quadrants_jobs(
-    target: str | None = None,
-    fill: Fill | str = Fill.gray,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    fill: FillOption = Fill.gray,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
     return [OcclusionJob(target, _fill(fill), embedding)]
 
 
 @builds_jobs("occlude-patches")
+@follows_embedding_target
 def occlude_patches_jobs(
-    target: str | None = None,
-    fill: Fill | str = Fill.gray,
-    size: int | None = None,
-    stride: int | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    fill: FillOption = Fill.gray,
+    size: Annotated[
+        int | None, typer.Option(help="Cover side in pixels (default: the patch size).", show_default=False)
+    ] = None,
+    stride: Annotated[
+        int | None, typer.Option(help="Step between covers in pixels (default: the cover size).", show_default=False)
+    ] = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, text=target_text, contrast_text=contrast_text
-    )
     return [PatchOcclusionJob(target, _fill(fill), size, stride, embedding)]

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError, VitcliError
-from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
-from vitcli.jobs.following import FollowsEmbedding
-from vitcli.naming import image_subject, result_name, setting
+from vitcli.jobs import ImageWork, Job, Presentation, SetImages, Steps, builds_jobs
+from vitcli.jobs.following import FollowsEmbedding, TargetOption, TargetPlan, follows_embedding_target
+from vitcli.naming import image_subject, result_name, set_subject, setting
 from vitcli.target_class import resolve_target_text
-from vitcli.targets import EmbeddingTarget, parse_embedding_target
+from vitcli.targets import EmbeddingTarget
 
 
 class SiteKind(str, Enum):
@@ -35,6 +37,7 @@ class PatchJob(FollowsEmbedding, Job):
 
     command = "patch"
     scope = "set"  # the pair (CLEAN, CORRUPT), in that order
+    holds_every_image = True  # both, of course
     partner_role = "clean"
     name_prefix = "from"
 
@@ -46,24 +49,30 @@ class PatchJob(FollowsEmbedding, Job):
         sites: list[str],
         methods: list[str],
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
         self.embedding_target = embedding
         self.partner = partner
         self.target_text, self.contrast_text = target, contrast
         self.sites = [kind.value for kind in SiteKind if kind.value in sites]  # canonical order, once each
         self.methods = [method.value for method in Method if method.value in methods]
-        self.target: int | None = None  # resolved by check()
-        self.contrast: int | None = None
+        self._planned = planned
 
-    def check(self, architecture: Any) -> None:
+    def plan(self, architecture: Any) -> PatchJob:
         from vitcli.loading import require_pre_norm
         from vitcli.target_class import resolve_contrast
 
         if self.embedding_target is not None:
             self.embedding_target.check(architecture)
-        self.target = resolve_target_text(architecture, self.target_text)
-        self.contrast = resolve_contrast(architecture.labels, self.contrast_text, self.target)
+        target = resolve_target_text(architecture, self.target_text)
+        planned = TargetPlan(target, resolve_contrast(architecture.labels, self.contrast_text, target))
         require_pre_norm(architecture.name)
+        return self.planned_as(planned)
+
+    def planned_as(self, planned: TargetPlan) -> PatchJob:
+        """This job with its plan, new (a PatchIntoJob stays one)."""
+        given = (self.partner, self.target_text, self.contrast_text, self.sites, self.methods, self.embedding_target)
+        return type(self)(*given, planned)
 
     def name(self) -> str:
         return result_name(
@@ -77,7 +86,8 @@ class PatchJob(FollowsEmbedding, Job):
     def _target_parts(self) -> list[str | None]:
         if self.embedding_target is not None:
             return [self.target_name_part()]
-        return [self.target_name_part(), setting("c", "auto" if self.contrast is None else self.contrast)]
+        contrast = self.planned.contrast
+        return [self.target_name_part(), setting("c", "auto" if contrast is None else contrast)]
 
     def settings(self) -> dict[str, Any]:
         if self.embedding_target is not None:
@@ -89,8 +99,12 @@ class PatchJob(FollowsEmbedding, Job):
             }
         return {
             self.partner_role: str(self.partner),
-            "target": self.target if self.target is not None else "CLEAN's top-1",
-            "contrast": self.contrast if self.contrast is not None else "CORRUPT's top-1 (its second if the target)",
+            "target": self.planned.target if self.planned.target is not None else "CLEAN's top-1",
+            "contrast": (
+                self.planned.contrast
+                if self.planned.contrast is not None
+                else "CORRUPT's top-1 (its second if the target)"
+            ),
             "sites": self.sites,
             "methods": self.methods,
         }
@@ -99,19 +113,19 @@ class PatchJob(FollowsEmbedding, Job):
         if count != 2:
             raise UsageError(f"patch needs exactly two images, CLEAN then CORRUPT; got {count}")
 
-    def compute_set(self, model: Any, paths: list[Path], steps: Any) -> Any:
+    def compute_set(self, model: Any, paths: SetImages, steps: Any) -> Any:
         """The pair as `vitcli patch CLEAN CORRUPT` runs it: `paths` are CLEAN (the job's partner) and CORRUPT."""
         from vitcli.experiments.patching import patch_images
 
-        clean, corrupt = (model.prepare(path) for path in paths)
+        clean, corrupt = (paths.prepare(model, path) for path in paths)
         return patch_images(
             model,
             clean,
             corrupt,
             self.sites,
             self.methods,
-            self.target,
-            self.contrast,
+            self.planned.target,
+            self.planned.contrast,
             steps,
             embedding=self.bound_target(model),
         )
@@ -141,11 +155,9 @@ class PatchIntoJob(PatchJob):
         sites: list[str],
         methods: list[str],
         embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
     ):
-        from vitcli.hashing import file_sha256
-
-        super().__init__(corrupt, target, contrast, sites, methods, embedding)
-        self.corrupt_sha256 = file_sha256(corrupt)
+        super().__init__(corrupt, target, contrast, sites, methods, embedding, planned)
         self._corrupt: tuple[Any, Any] | None = None  # (PreparedImage, CorruptForward), on the first image
 
     def check_images(self, count: int) -> None:
@@ -154,83 +166,149 @@ class PatchIntoJob(PatchJob):
     def compute(self, work: ImageWork) -> Any:
         from vitcli.experiments.patching import corrupt_forward, patch_images
 
-        if work.image.source.sha256 == self.corrupt_sha256:
-            raise VitcliError(
-                f"this image is CORRUPT ({self.partner}, the same bytes): M_clean = M_corrupt, so the score is "
-                "undefined; patch only other images into it"
-            )
         if self._corrupt is None:
             corrupt = work.model.prepare(self.partner)
             gradients = "attribution" in self.methods
             embedding = self.bound_target(work.model)
             self._corrupt = corrupt, corrupt_forward(work.model, corrupt.input, gradients, embedding)
         corrupt, forward = self._corrupt
+        if work.image.source.sha256 == corrupt.source.sha256:
+            raise VitcliError(
+                f"this image is CORRUPT ({self.partner}, the same bytes): M_clean = M_corrupt, so the score is "
+                "undefined; patch only other images into it"
+            )
         return patch_images(
             work.model,
             work.image,
             corrupt,
             self.sites,
             self.methods,
-            self.target,
-            self.contrast,
+            self.planned.target,
+            self.planned.contrast,
             work.steps,
             forward,
             embedding=self.bound_target(work.model),
         )
 
 
+ContrastOption = Annotated[
+    str | None,
+    typer.Option(
+        "--contrast",
+        help="The class subtracted in M = logit(target) - logit(contrast): an index or a label. Default: "
+        "CORRUPT's top-1, or its second when that is the target.",
+        show_default=False,
+    ),
+]
+
+SitesOption = Annotated[
+    list[SiteKind] | None,
+    typer.Option(
+        "--sites",
+        "-s",
+        help="Where to patch, repeatable: residual (one row entering a block; blocks x tokens forwards), "
+        "attention, mlp (a block's output), heads (one head's slice of attn.proj's input). Default: all four.",
+        show_default=False,
+    ),
+]
+
+MethodOption = Annotated[
+    list[Method] | None,
+    typer.Option(
+        "--method",
+        help="activation: one patched forward per site; attribution: the first-order estimate "
+        "(a_clean - a_corrupt) . dM/da from 2 forwards and 1 backward. Repeat for both (and their correlation). "
+        "Default: activation.",
+        show_default=False,
+    ),
+]
+
+
+class NamedPairJob(PatchJob):
+    """The command line's pair named in a `vitcli run` config (`clean` and `corrupt`) or the API: about its own two
+    images, not the run's, so computed once per run (scope "model", like probe's data folder) and filed where
+    `vitcli patch CLEAN CORRUPT` files it, in the pair's folder."""
+
+    scope = "model"
+
+    def __init__(
+        self,
+        clean: Path,
+        corrupt: Path,
+        target: str | None,
+        contrast: str | None,
+        sites: list[str],
+        methods: list[str],
+        embedding: EmbeddingTarget | None = None,
+        planned: TargetPlan | None = None,
+    ):
+        super().__init__(clean, target, contrast, sites, methods, embedding, planned)
+        self.corrupt = corrupt
+
+    def planned_as(self, planned: TargetPlan) -> PatchJob:
+        given = (self.target_text, self.contrast_text, self.sites, self.methods, self.embedding_target)
+        return NamedPairJob(self.partner, self.corrupt, *given, planned)
+
+    def check_images(self, count: int) -> None:
+        """Any number of images: the run's images are not its pair."""
+
+    def once_subject(self) -> str | None:
+        return set_subject([self.partner, self.corrupt])
+
+    def compute_once(self, model: Any) -> Any:
+        return self.compute_set(model, SetImages([self.partner, self.corrupt]), Steps())
+
+
 @builds_jobs("patch")
+@follows_embedding_target
 def patch_jobs(
+    clean: str | None = None,
     corrupt: str | None = None,
-    target: str | None = None,
-    contrast: str | None = None,
-    sites: list[SiteKind] | None = None,
-    method: list[Method] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    sites: SitesOption = None,
+    method: MethodOption = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> list[Job]:
     """A `vitcli run` experiment: every image of the run patched into `corrupt` (one image file; a config reads it
-    relative to its own folder). The command line's two-image form does not come through here."""
+    relative to its own folder); with `clean` as well, the command line's pair, once (NamedPairJob)."""
     if corrupt is None:
         raise UsageError(
             "patch in a config needs `corrupt = IMAGE`: the one CORRUPT image every image of the run (each a CLEAN) "
             "is patched into"
         )
-    if not Path(corrupt).is_file():
-        raise UsageError(
-            f"corrupt {corrupt} is not an image file (patch takes one CORRUPT image: not a folder or a glob)"
-        )
-    chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
-    chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
-    return [PatchIntoJob(Path(corrupt), target, contrast, chosen_sites, chosen_methods, embedding)]
+    for role, path in (("clean", clean), ("corrupt", corrupt)):
+        if path is not None and not Path(path).is_file():
+            raise UsageError(
+                f"{role} {path} is not an image file (patch takes one {role.upper()} image: not a folder or a glob)"
+            )
+    chosen = (*_chosen(sites, method), embedding)
+    if clean is not None:
+        return [NamedPairJob(*clean_and_corrupt([clean, corrupt]), target, contrast, *chosen)]
+    return [PatchIntoJob(Path(corrupt), target, contrast, *chosen)]
 
 
+@follows_embedding_target
 def patch_pair_job(
     pair: list[str] | None,
-    target: str | None = None,
-    contrast: str | None = None,
-    sites: list[SiteKind] | None = None,
-    method: list[Method] | None = None,
-    target_image: str | None = None,
-    target_direction: str | None = None,
-    target_feature: int | None = None,
-    target_text: str | None = None,
-    contrast_text: str | None = None,
+    target: TargetOption = None,
+    contrast: ContrastOption = None,
+    sites: SitesOption = None,
+    method: MethodOption = None,
+    *,
+    embedding: EmbeddingTarget | None = None,
 ) -> PatchJob:
     """The command line's form, `vitcli patch CLEAN CORRUPT` (and vitcli.patch): one PatchJob about the pair."""
+    clean, _ = clean_and_corrupt(pair)
+    return PatchJob(clean, target, contrast, *_chosen(sites, method), embedding)
+
+
+def _chosen(sites: list[SiteKind] | None, method: list[Method] | None) -> tuple[list[str], list[str]]:
+    """The sites and methods asked for as text, or the defaults: every site, activation patching."""
     chosen_sites = [str(getattr(kind, "value", kind)) for kind in (sites or list(SiteKind))]
     chosen_methods = [str(getattr(each, "value", each)) for each in (method or [Method.activation])]
-    clean, _ = clean_and_corrupt(pair)
-    embedding = parse_embedding_target(
-        target, target_image, target_direction, target_feature, contrast, target_text, contrast_text
-    )
-    return PatchJob(clean, target, contrast, chosen_sites, chosen_methods, embedding)
+    return chosen_sites, chosen_methods
 
 
 def clean_and_corrupt(arguments: list[str] | None) -> tuple[Path, Path]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from vitcli.errors import UsageError
 from vitcli.jobs import Job, Presentation, Steps, builds_jobs
@@ -173,7 +175,16 @@ def _write_cache(publisher: Any, name: str, features: dict[str, Any], model_name
 
 @builds_jobs("probe")
 def probe_jobs(
-    data_dir: str | None = None, val_fraction: float = 0.2, split_seed: int = 0, weight_decay: float = 1e-4
+    data_dir: str | None = None,
+    val_fraction: Annotated[
+        float, typer.Option("--val-fraction", help="Share of each class held out for validation (0 <= f < 1).")
+    ] = 0.2,
+    split_seed: Annotated[
+        int, typer.Option("--split-seed", help="Seed of the train/validation split (--seed seeds random weights).")
+    ] = 0,
+    weight_decay: Annotated[
+        float, typer.Option("--weight-decay", help="L2 penalty on the head's weights: decay / 2 x ||W||^2.")
+    ] = 1e-4,
 ) -> list[Job]:
     """A `vitcli run` experiment: the probe on `data_dir` (read relative to the config's folder), once per run; the
     folder is read now, so that one that is no ImageFolder is refused before the model loads."""

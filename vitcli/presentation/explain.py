@@ -14,7 +14,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from vitcli.experiments.explain import OUTPUT_TOLERANCE, Explanation, MethodMap
+from vitcli.experiments.explain import Explanation, MethodMap
+from vitcli.experiments.explain_gradients import OUTPUT_TOLERANCE
 from vitcli.experiments.faithfulness import RANDOM, Curve, Faithfulness, MethodSpread
 from vitcli.experiments.results import ClassProbability, EmbeddingScore
 from vitcli.grid import PatchGrid

@@ -1,6 +1,7 @@
-"""`vitcli bench` run through the batch engine: the images (the user's, paired with their masks, or generated scenes)
-become an in-memory config of one bench experiment that vitcli.batch.execute runs, so --shard, resuming and
-`vitcli merge` work as for `vitcli run`; then the leaderboard is printed.
+"""`vitcli bench` run through the batch engine, the command line's front end over vitcli.jobs.bench: the images (the
+user's, paired with their masks, or generated scenes) become an in-memory config of one bench experiment that
+vitcli.batch.execute runs, so --shard, resuming and `vitcli merge` work as for `vitcli run`; then the leaderboard is
+printed. It imports nothing of the command line (the command, vitcli.commands.bench, calls it).
 
 With --scenes N and --mosaics M the generated scenes (vitcli.scenes) are the run's images, written through the output
 store in vitcli.scenes' layout: OUTPUT/bench/scenes-sSEED-nN-mM/NAME.png, masks/NAME.png and labels.csv (each scene's
@@ -13,6 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitcli.batch.config import Experiment, RunConfig
 from vitcli.errors import UsageError, VitcliError
 from vitcli.naming import setting
 from vitcli.store import OutputStore, ResultFiles
@@ -51,21 +53,15 @@ def publish_scenes(store: OutputStore, seed: int, scenes: int | None, mosaics: i
     return images
 
 
-def run_bench(
-    context: CommandContext,
-    images: list[str] | None,
-    options: dict[str, Any],
-    scenes: int | None,
-    mosaics: int | None,
-    scene_seed: int,
-    force: bool,
-) -> None:
-    """Check everything before the model loads, write the scenes (if asked), run, print the leaderboard."""
+def run_bench(context: CommandContext, images: list[str] | None, options: dict[str, Any]) -> None:
+    """`options`: the builder's (vitcli.jobs.bench.bench_jobs) as the command line gave them. Check everything before
+    the model loads, write the scenes (if asked), run, print the leaderboard."""
     from vitcli.batch.execute import execute
-    from vitcli.batch.run_config import Experiment, RunConfig
     from vitcli.experiments.bench import check_scenes
-    from vitcli.jobs.bench import bench_jobs
+    from vitcli.jobs.bench import COMMAND_ONLY, bench_jobs
 
+    options = dict(options)
+    scenes, mosaics, scene_seed, force = (options.pop(name) for name in COMMAND_ONLY)
     check_scenes(scenes, mosaics, scene_seed)
     generated = scenes is not None or mosaics is not None
     if generated and images:
@@ -75,17 +71,17 @@ def run_bench(
     if not generated and not images:
         raise UsageError("nothing to grade: give IMAGES with --masks DIR, or --scenes N")
     jobs = bench_jobs(**options, masks_later=generated)
-    (job,) = jobs
-    context.check(jobs)  # every refusal before a scene is written or any weights load
+    (planned,) = context.plan(jobs)  # every refusal before a scene is written or any weights load
     if generated:
         folder = publish_scenes(OutputStore(context.output_dir), scene_seed, scenes, mosaics)
-        job.use_masks(folder / "masks")
-        options = {**options, "masks": str(folder / "masks")}  # the run's identity: which scenes
+        options["masks"] = folder / "masks"  # the run's identity: which scenes
+        jobs = bench_jobs(**options)
+        (planned,) = context.plan(jobs)  # named with the scenes' masks
         paths = context.images([str(folder)], shard=False)
     else:
         paths = context.images(images, shard=False)
-        if job.audits.masks is not None:
-            paths = _with_masks(context, paths, job.audits.masks)
+        if planned.audits.masks is not None:
+            paths = _with_masks(context, paths, planned.audits.masks)
     config = RunConfig(
         path=Path("vitcli bench"),
         name=RUN_NAME,
@@ -100,7 +96,7 @@ def run_bench(
     context.emitter.tidy_csv = True
     context.emitter.show_tables = False
     report = execute(context, config, None, force)
-    _show_leaderboard(context, job, paths)
+    _show_leaderboard(context, planned, paths)
     context.emitter.finish()
     context.finish(report)
 
