@@ -36,6 +36,9 @@ def builds(tmp_path: Path) -> list[tuple[str, dict[str, Any]]]:
         ("attend", {"view": "summary", "query": "all"}),
         ("attend", {"view": "rollout", "query": "5", "top_k": 3}),
         ("attribute", {}),
+        ("bench", {"masks": str(tmp_path)}),
+        ("bench", {"method": ["gradcam", "random"], "scores": "pointing,deletion", "masks": str(tmp_path)}),
+        ("bench", {"method": ["ig", "smoothgrad"], "scores": "insertion,sensitivity,sanity", "block": 3, "steps": 5}),
         ("attribute", {"by": "token", "block": 2, "target": "5", "contrast": "7"}),
         ("compare", {}),
         ("compare", {"classes": ["3", "1"], "pairs": "all"}),
@@ -188,3 +191,27 @@ def test_compare_pairs_wait_for_the_number_of_images(architectures):
     assert three.pairs == [(0, 1), (0, 2), (1, 2)]
     assert len(four.pairs) == 6 and three.name() != four.name()
     assert planned.planned.pairs is None
+
+
+def test_bench_plans_which_methods_run_without_touching_its_job(architectures):
+    """A method that cannot run on the model (attention without a class token) is a reason in the plan, not a
+    refusal; the job keeps the methods asked for, and one job planned for two models gives two plans."""
+    from vitcli.jobs.bench import bench_jobs
+    from vitcli.loading import describe
+    from vitcli.spec import WeightsSpec
+
+    tiny, _ = architectures
+    without_class_token = describe(WeightsSpec(model_name="vit_medium_patch16_gap_256", random=True))
+    (job,) = bench_jobs(method=["attention", "edge"], scores="deletion")
+    before = state(job)
+    on_tiny, on_gap = job.plan(tiny), job.plan(without_class_token)
+    assert state(job) == before
+    assert on_tiny.planned.methods == ("attention", "edge") and on_tiny.planned.unavailable == ()
+    assert on_gap.planned.methods == ("edge",)
+    ((method, why),) = on_gap.planned.unavailable
+    assert method == "attention" and "no class token" in why
+    assert on_tiny.planned.steps == 14 and on_gap.planned.steps == 14  # bench's default, at most the patches
+    assert on_gap.settings()["methods"] == ["attention", "edge"] and on_gap.settings()["run_methods"] == ["edge"]
+    (attention_only,) = bench_jobs(method=["attention"], scores="deletion")
+    with pytest.raises(UsageError, match="no method of bench runs on .*: attention: .*no class token"):
+        attention_only.plan(without_class_token)

@@ -5,7 +5,7 @@
 from vitcli.commands import predict, patches, attend, occlude, compare_patch_size  # noqa: F401
 from vitcli.commands import trace, compare, explain, lens, probe, explore  # noqa: F401
 from vitcli.commands import attribute, ablate, patch, anatomy, heads  # noqa: F401
-from vitcli.commands import batch, report  # noqa: F401
+from vitcli.commands import scenes, bench, batch, report  # noqa: F401
 
 # isort: on
 from vitcli.shell import app, run

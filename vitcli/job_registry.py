@@ -23,6 +23,7 @@ JOB_MODULES = {
     "anatomy": "vitcli.jobs.anatomy",
     "attend": "vitcli.jobs.attend",
     "attribute": "vitcli.jobs.attribute",
+    "bench": "vitcli.jobs.bench",
     "compare": "vitcli.jobs.compare",
     "compare-patch-size": "vitcli.jobs.compare_patch_size",
     "explain": "vitcli.jobs.explain",

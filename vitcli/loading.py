@@ -21,6 +21,7 @@ from vitcli.capture import family_of, pre_norm_refusal
 from vitcli.classes import class_names
 from vitcli.errors import UsageError, VitcliError
 from vitcli.model import VitModel
+from vitcli.shapes_model import register as register_shapes_model
 from vitcli.spec import WeightsSpec
 from vitcli.tower_names import is_tower
 from vitcli.weights import head_classes, hub_connection_problem, load_state, read_checkpoint, read_record, read_state
@@ -33,6 +34,7 @@ WEIGHTS_HELP = (
 )
 
 _LOADED: dict[tuple[WeightsSpec, str, int], VitModel] = {}
+register_shapes_model()  # the shipped shapes model's architecture, known to timm before any name is checked
 
 
 # Measured with benchmarks/occlusion.py: on a 2-core CPU batches of 8-16 ran ViT-Tiny fastest, 32 up to 20% slower.

@@ -95,7 +95,7 @@ COMMAND_PANELS = {
     ),
     **dict.fromkeys(("anatomy",), "Deeper: traces, comparisons, explanations"),
     **dict.fromkeys(("attribute", "ablate", "patch"), "Causal: what blocks, heads and tokens contribute"),
-    **dict.fromkeys(("run", "merge", "report"), "Many images and experiments"),
+    **dict.fromkeys(("run", "merge", "report", "scenes"), "Many images and experiments"),
 }
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143

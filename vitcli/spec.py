@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitcli import shapes_model
 from vitcli.errors import UsageError
 
 DEFAULT_MODEL = "vit_tiny_patch16_224.augreg_in21k_ft_in1k"
@@ -87,6 +88,10 @@ class WeightsSpec:
         # run config, the Python API); before anything is built: torch would refuse a bad seed only after the
         # skeleton and imports.
         check_weights_source(self.random, self.checkpoint)
+        # The frozen spec is completed once, here, so every front end resolves `--model shapes` alike.
+        model_name, checkpoint = shapes_model.resolve(self.model_name, self.random, self.checkpoint)
+        object.__setattr__(self, "model_name", model_name)
+        object.__setattr__(self, "checkpoint", checkpoint)
         check_seed("--seed", self.seed)
 
     @property

@@ -211,24 +211,29 @@ class ExplainJob(FollowsEmbedding, Job):
         }
 
     def compute(self, work: ImageWork) -> Any:
+        return self.explain_image(work, self.planned.target, self.methods)
+
+    def explain_image(self, work: ImageWork, target: int | None, methods: list[str]) -> Any:
+        """The maps and audits of one image by `methods` for class `target` (None: the clean top-1), with the other
+        settings as planned."""
         from vitcli.experiments.explain import MapSettings, count_work, explain
         from vitcli.experiments.explain_audits import audit, count_audit_work
         from vitcli.experiments.faithfulness import FaithfulnessOptions
 
         planned = self.planned
         options = FaithfulnessOptions(planned.steps, self.random_orders, self.order_seed) if self.faithfulness else None
-        total = count_work(work.model, self.methods, options, self.gradients)
+        total = count_work(work.model, methods, options, self.gradients)
         if self.audits.any:
             settings = MapSettings(planned.block, self.fill, gradients=self.gradients)
-            total += count_audit_work(work.model, self.methods, settings, self.audits)
+            total += count_audit_work(work.model, methods, settings, self.audits)
         if total:
             work.steps.start(total, f"explaining {work.image.source.display_name}")
         embedding = self.bound_target(work.model)
         result = explain(
             work.model,
             work.image,
-            self.methods,
-            None if planned.target is None else str(planned.target),
+            methods,
+            None if target is None else str(target),
             planned.block,
             self.fill,
             faithfulness=options,

@@ -12,8 +12,9 @@ from typing import Any
 
 from vitcli.report.markup import cell, text
 
-ORDER = ("sanity", "robustness", "road", "localisation")  # others follow by name
+ORDER = ("leaderboard", "sanity", "robustness", "road", "localisation")  # others follow by name
 TITLES = {
+    "leaderboard": "bench leaderboard: mean and 95% bootstrap interval per method and score",
     "sanity": "sanity checks: model-parameter randomisation",
     "robustness": "robustness: sensitivity to a small perturbation",
     "road": "ROAD: removal with noisy linear imputation",

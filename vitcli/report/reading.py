@@ -28,7 +28,7 @@ ROW_ORDER = {
 }
 # Experiments whose JSON `result.audits` the page shows as tables (read only for these: a large run's other JSON files
 # stay unread).
-AUDITED = ("explain",)
+AUDITED = ("explain", "bench")  # bench's leaderboard is `audits.leaderboard` of its result over the images
 
 
 @dataclass
