@@ -1,0 +1,86 @@
+"""The shipped shapes model (vitcli.shapes_model): `--model shapes` resolves to it, its files are what the docs say,
+it classifies scenes training never saw, and its training script is reproducible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vitcli import scenes, shapes_model, shapes_training
+from vitcli.scenes import CLASS_NAMES
+from vitcli.spec import WeightsSpec
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "images" / "shapes"
+HELD_OUT_SERIES = 4242  # neither the training series (1) nor the record's evaluation series (9001)
+
+
+def test_the_alias_names_the_architecture_and_the_shipped_checkpoint(tmp_path):
+    shipped = WeightsSpec(model_name="shapes")
+    assert (shipped.model_name, shipped.checkpoint) == (shapes_model.ARCHITECTURE, shapes_model.CHECKPOINT)
+    assert WeightsSpec(model_name=shapes_model.ARCHITECTURE).checkpoint == shapes_model.CHECKPOINT
+    untrained = WeightsSpec(model_name="shapes", random=True)
+    assert (untrained.model_name, untrained.checkpoint) == (shapes_model.ARCHITECTURE, None)
+    own = tmp_path / "mine.safetensors"
+    assert WeightsSpec(model_name="shapes", checkpoint=own).checkpoint == own
+    assert WeightsSpec().checkpoint is None  # other models are left alone
+
+
+def test_the_shipped_files_are_small_half_precision_and_labelled():
+    from safetensors import safe_open
+
+    assert shapes_model.CHECKPOINT.stat().st_size <= 5 * 1024 * 1024
+    with safe_open(str(shapes_model.CHECKPOINT), "pt") as file:
+        assert {file.get_slice(key).get_dtype() for key in file.keys()} == {"F16"}
+    names = shapes_model.LABELS.read_text(encoding="utf-8").split("\n")
+    assert tuple(names[:-1]) == CLASS_NAMES and names[-1] == ""
+    record = json.loads(shapes_model.RECORD.read_text(encoding="utf-8"))
+    assert record["model"] == shapes_model.ARCHITECTURE
+    assert record["settings"] == {**record["settings"], **shapes_training.asdict(shapes_training.TrainingSettings())}
+    assert record["held_out"]["seed"] != record["settings"]["data_seed"]
+
+
+@pytest.mark.slow  # 200 scenes through vitcli's own preprocessing and forward
+def test_the_shipped_model_classifies_scenes_training_never_saw(tmp_path):
+    """Accuracy measured here, not read from the record: 200 fresh scenes of another series, each written as a PNG
+    and read back through the model's own preprocessing (vitcli's, which must equal the training's)."""
+    from vitcli.loading import load_model
+
+    model = load_model(WeightsSpec(model_name="shapes"), "cpu")
+    assert model.labels == list(CLASS_NAMES)
+    inputs, labels = [], []
+    for index, item in enumerate(scenes.scenes(HELD_OUT_SERIES, 200)):
+        path = tmp_path / f"{index}.png"
+        path.write_bytes(scenes.png_bytes(item.image))
+        prepared = model.prepare(path)
+        if index < 5:  # the preprocessing is the training's: pixels scaled to [-1, 1], nothing resized
+            expected = torch.from_numpy(item.image).permute(2, 0, 1).float() / 255 * 2 - 1
+            torch.testing.assert_close(prepared.input, expected, atol=1e-6, rtol=0)
+        inputs.append(prepared.input)
+        labels.append(item.label)
+    predicted = model.logits(torch.stack(inputs)).argmax(dim=1).numpy()
+    accuracy = float(np.mean(predicted == np.array(labels)))
+    assert accuracy >= 0.95
+
+
+def test_predict_with_the_shipped_model_runs_offline(cli, workdir):
+    result = cli("predict", EXAMPLES / "star.png", "--model", "shapes", "--device", "cpu", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    top = json.loads(result.stdout)["result"]["top"]
+    assert {row["label"] for row in top} <= set(CLASS_NAMES)
+
+
+@pytest.mark.slow  # two trainings of 3 steps: about 10 s on a busy machine
+def test_two_short_trainings_with_one_seed_give_the_same_weights():
+    """Bitwise: seeded initial weights and data, deterministic kernels on a fixed number of threads."""
+    settings = shapes_training.TrainingSettings(steps=3, batch_size=4, warmup_steps=2, eval_count=4, threads=1)
+    first, record = shapes_training.train(settings)
+    second, _ = shapes_training.train(settings)
+    for (name, value), other in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(value, other), name
+    untrained = shapes_training.build(settings)
+    assert not torch.equal(first.state_dict()["head.weight"], untrained.state_dict()["head.weight"])
+    assert record["scenes_seen"] == 12 and record["held_out"]["count"] == 4
