@@ -16,8 +16,10 @@ object masks the generator knows, in three ways that leave a plain timm ViT behi
   --full-steps steps each scene keeps only --kept-tokens patches, all those the object touches and random background
   ones, each with its own position embedding; a step then costs about a third, and the object is a third of what the
   model sees instead of a tenth. The last --full-steps steps see all 196 patches, as the model does afterwards.
-Position embeddings start as 2D sines and cosines (MAE) instead of noise. The model is thus trained to rely on the
-object: what explanation benchmarks take as ground truth.
+Position embeddings start as 2D sines and cosines (MAE) instead of noise, and attention as mimetic initialisation
+(Trockman and Kolter 2023) sets it (--mimetic-init). The model is thus trained to rely on the object: what
+explanation benchmarks take as ground truth. Even so it stays well below the 0.95 issue 32 asked for within the
+CPU budget (docs/models.md, "The shapes model").
 
 Deterministic on a CPU: torch.manual_seed(--seed) sets the initial weights, torch.use_deterministic_algorithms(True)
 and a fixed number of threads (--threads) fix the kernels, so two runs with the same arguments give the same weights
@@ -60,15 +62,16 @@ IGNORED = -100  # cross_entropy's ignore_index: a patch the object covers only i
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    steps: int = 1500
+    steps: int = 2000
     batch_size: int = 32
     learning_rate: float = 1e-3
     weight_decay: float = 0.05
     warmup_steps: int = 50
     token_label_weight: float = 0.5
     mean_pool_weight: float = 1.0
+    mimetic_init: bool = True
     kept_tokens: int = 72  # patches per scene in the object-centred phase (of 196)
-    full_steps: int = 300  # the last steps see every patch, as the model does after training
+    full_steps: int = 400  # the last steps see every patch, as the model does after training
     data_seed: int = DATA_SEED
     model_seed: int = MODEL_SEED
     # One thread: on a 2-core machine shared with other work, two threads ran a step about 4x slower (they wait for
@@ -148,7 +151,37 @@ def build(settings: TrainingSettings, **architecture: Any) -> torch.nn.Module:
         grid = net.patch_embed.grid_size
         net.pos_embed[:, net.num_prefix_tokens :] = build_sincos2d_pos_embed(list(grid), net.embed_dim)
         net.pos_embed[:, : net.num_prefix_tokens] = 0
+    if settings.mimetic_init:
+        mimetic_init(net)
     return net
+
+
+@torch.no_grad()
+def mimetic_init(net: torch.nn.Module, alpha: float = 0.7, beta: float = 0.7, value_scale: float = 0.4) -> None:
+    """Mimetic initialisation (Trockman and Kolter 2023): each head's W_q^T W_k starts near alpha Z + beta I and
+    W_v^T W_proj^T near value_scale (Z' - I), Z and Z' random with N(0, 1/D) entries, as in trained ViTs. Tokens
+    then attend to tokens like themselves from the first step: with sin-cos position embeddings, to their neighbours,
+    as a convolution would."""
+    width = net.embed_dim
+    for block in net.blocks:
+        attention = block.attn
+        head_dim = width // attention.num_heads
+        query_key = []
+        for _ in range(attention.num_heads):
+            target = alpha * torch.randn(width, width) / math.sqrt(width) + beta * torch.eye(width)
+            left, singular, right = torch.linalg.svd(target)
+            root = singular[:head_dim].sqrt()
+            query_key.append(((left[:, :head_dim] * root).T, (right.T[:, :head_dim] * root).T))
+        values = value_scale * (torch.randn(width, width) / math.sqrt(width) - torch.eye(width))
+        left, singular, right = torch.linalg.svd(values)
+        root = singular.sqrt()
+        attention.qkv.weight[:width] = torch.cat([query for query, _ in query_key])
+        attention.qkv.weight[width : 2 * width] = torch.cat([key for _, key in query_key])
+        attention.qkv.weight[2 * width :] = (left * root).T
+        attention.proj.weight.copy_(right.T * root)
+        if attention.qkv.bias is not None:
+            attention.qkv.bias.zero_()
+        attention.proj.bias.zero_()
 
 
 def train(
@@ -290,6 +323,7 @@ def _replace(path: Path, write: Callable[[Path], None]) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(temporary)
+        os.chmod(temporary, 0o644)  # safetensors writes owner-only files; shipped files are read by everyone
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -299,7 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     defaults = TrainingSettings()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for field, value in asdict(defaults).items():
-        parser.add_argument(f"--{field.replace('_', '-')}", type=type(value), default=value)
+        kind = (lambda text: text.lower() in ("1", "true", "yes")) if isinstance(value, bool) else type(value)
+        parser.add_argument(f"--{field.replace('_', '-')}", type=kind, default=value)
     parser.add_argument("--output-dir", type=Path, default=shapes_model.MODELS)
     parser.add_argument("--embed-dim", type=int, default=None, help="try another width (default: shapes_model's)")
     parser.add_argument("--depth", type=int, default=None)
