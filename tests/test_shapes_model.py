@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +109,22 @@ def test_two_short_trainings_with_one_seed_give_the_same_weights():
     untrained = shapes_training.build(settings)
     assert not torch.equal(first.state_dict()["head.weight"], untrained.state_dict()["head.weight"])
     assert record["scenes_seen"] == 12 and record["held_out"]["count"] == 4
+
+
+@pytest.mark.slow  # builds a wheel: several seconds
+def test_a_wheel_carries_the_shipped_model(tmp_path):
+    """Built like tests/test_explorer_script.py's wheel, from a copy of the source: the checkpoint, its labels and its
+    record are package data, so an installed vitcli has `--model shapes`."""
+    repo = Path(__file__).resolve().parents[1]
+    source = tmp_path / "source"
+    shutil.copytree(repo / "vitcli", source / "vitcli", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "--quiet"]
+    wheels = tmp_path / "wheels"
+    build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source)]
+    subprocess.run(build, check=True, timeout=300)
+    (wheel,) = wheels.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in (shapes_model.CHECKPOINT, shapes_model.LABELS, shapes_model.RECORD):
+        assert f"vitcli/models/{shipped.name}" in names
