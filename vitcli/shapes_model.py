@@ -18,10 +18,10 @@ MODELS = Path(__file__).resolve().parent / "models"
 CHECKPOINT = MODELS / "shapes.safetensors"
 LABELS = MODELS / "shapes.labels.txt"
 RECORD = MODELS / "shapes.json"
-EMBED_DIM = 128
+EMBED_DIM = 96
 DEPTH = 4
-HEADS = 4
-MLP_RATIO = 3.0
+HEADS = 3
+MLP_RATIO = 2.0
 NUM_CLASSES = 6
 MEAN = STD = (0.5, 0.5, 0.5)
 

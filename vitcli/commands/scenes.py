@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from vitcli.context import CommandContext
-from vitcli.scenes import KINDS
 from vitcli.shell import vitcli_command
 from vitcli.spec import check_count
 
@@ -42,7 +41,7 @@ def scenes_command(
     NAME.png, masks/NAME.png (0 and 255) and labels.csv (file, label, class, kind, quadrants). No model is loaded.
     """
     from vitcli.errors import UsageError
-    from vitcli.scenes import write_folder
+    from vitcli.scenes import KINDS, write_folder  # numpy and PIL: not on every command's start-up path
 
     check_count("--count", count, 1, MAX_SCENES, "scenes written in one call")
     check_count("--seed", series, 0, MAX_SEED, "a scene series")
