@@ -33,20 +33,25 @@ from vitcli.explain_methods import (
 )
 from vitcli.jobs import ImageWork, Job, Presentation, builds_jobs
 from vitcli.jobs.explain_options import (
+    DEFAULT_STEPS,
     Baseline,
     BaselineOption,
     ContrastOption,
+    FaithfulnessOption,
     IgStepsOption,
     MasksOption,
     NoiseOption,
     NoiseSeedOption,
+    OrderSeedOption,
     RadiusOption,
+    RandomOrdersOption,
     RoadOption,
     RobustnessOption,
     SamplesOption,
     SanityOption,
     SanitySeedOption,
     SanityThresholdOption,
+    StepsOption,
     audit_name_parts,
     audit_settings,
 )
@@ -56,9 +61,6 @@ from vitcli.naming import result_name, setting
 from vitcli.spec import MAX_RANDOM_ORDERS, check_count, check_seed
 from vitcli.target_class import resolve_contrast, resolve_target_text
 from vitcli.targets import EmbeddingTarget
-
-_FAITHFULNESS = "Faithfulness options"
-DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
 
 # The command's choices, from the registry (vitcli.explain_methods); occlusion runs one forward per patch, so it is
 # asked for, not a default.
@@ -338,27 +340,10 @@ def explain_jobs(
         Fill,
         typer.Option(help="What covered pixels become (occlusion and --faithfulness), as in the occlusion commands."),
     ] = Fill.gray,
-    faithfulness: Annotated[
-        bool,
-        typer.Option(
-            "--faithfulness",
-            help="Deletion and insertion curves per map and their AUCs (trapezoidal over the fraction of patches "
-            "0..1, unperturbed point included; lower deletion and higher insertion AUC are better).",
-            rich_help_panel=_FAITHFULNESS,
-        ),
-    ] = False,
-    steps: Annotated[
-        int | None,
-        typer.Option(
-            help=f"Points after the unperturbed one (default {DEFAULT_STEPS}, at most the patches).",
-            show_default=False,
-            rich_help_panel=_FAITHFULNESS,
-        ),
-    ] = None,
-    random_orders: Annotated[
-        int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
-    ] = 5,
-    order_seed: Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)] = 0,
+    faithfulness: FaithfulnessOption = False,
+    steps: StepsOption = None,
+    random_orders: RandomOrdersOption = 5,
+    order_seed: OrderSeedOption = 0,
     contrast: ContrastOption = None,
     ig_steps: IgStepsOption = DEFAULT_IG_STEPS,
     baseline: BaselineOption = Baseline.gray,

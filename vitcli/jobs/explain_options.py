@@ -1,4 +1,4 @@
-"""explain's options for the input-gradient methods and the audits: their declarations (typed parameters of
+"""explain's options for the input-gradient methods, the faithfulness curves and the audits: their declarations (typed parameters of
 explain's builder, vitcli.declared_options), the baseline's choices, and their parts of a result's name and settings
 (kept apart so vitcli/jobs/explain.py stays readable)."""
 
@@ -145,3 +145,32 @@ def audit_settings(audits: AuditOptions) -> dict[str, Any]:
         "sanity_seed": audits.sanity_seed,
         "sanity_threshold": audits.sanity_threshold,
     }
+
+
+_FAITHFULNESS = "Faithfulness options"
+DEFAULT_STEPS = 49  # a quarter of the patches per step on the 14x14 grid; never more than the grid's patches
+
+FaithfulnessOption = Annotated[
+    bool,
+    typer.Option(
+        "--faithfulness",
+        help="Deletion and insertion curves per map and their AUCs (trapezoidal over the fraction of patches "
+        "0..1, unperturbed point included; lower deletion and higher insertion AUC are better).",
+        rich_help_panel=_FAITHFULNESS,
+    ),
+]
+
+StepsOption = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Points after the unperturbed one (default {DEFAULT_STEPS}, at most the patches).",
+        show_default=False,
+        rich_help_panel=_FAITHFULNESS,
+    ),
+]
+
+RandomOrdersOption = Annotated[
+    int, typer.Option(help="Random patch orders averaged for the baseline.", rich_help_panel=_FAITHFULNESS)
+]
+
+OrderSeedOption = Annotated[int, typer.Option(help="Seed of the random orders.", rich_help_panel=_FAITHFULNESS)]
