@@ -6,8 +6,8 @@ share nothing. numpy and PIL only (no torch): the benchmark and its tests can dr
 
 kind "single" (224x224):
 - one object of class `label` (CLASS_NAMES: circle, square, triangle, star, cross, ring). A class is a shape AND
-  its own texture (TEXTURES, in the same order): circle stripes, square dots, triangle checker, star grid (thin
-  lines both ways), cross zigzag, ring speckle (cells of half a period, each of the two colours at random).
+  its own texture (TEXTURES, in the same order): circle stripes, square dots, triangle checker, star waves (a sine
+  across bands, in four shades), cross zigzag, ring speckle (cells of half a period, each of the two colours at random).
   Both tell the class: the texture in every patch of the object, the shape over the whole. The texture's two
   colours (random RGB whose brightnesses differ by at least 80 of 255), period (5 to 9 px) and angle, the
   object's rotation, size and position are drawn per object independently of the class. A class-linked texture is
@@ -62,7 +62,8 @@ SIZE = 224
 # Each class has its own texture (same order as CLASS_NAMES): every object patch carries local evidence of the
 # class, which a small ViT trained on 2 CPU cores learns; its shape alone (at any rotation and scale, in any colour)
 # it does not learn in that budget. Backgrounds (smooth gradients, blobs, noise) and distractors (plain) carry none.
-TEXTURES: tuple[str, ...] = ("stripes", "dots", "checker", "grid", "zigzag", "speckle")
+TEXTURES: tuple[str, ...] = ("stripes", "dots", "checker", "waves", "zigzag", "speckle")
+WAVE_SHADES = 4  # "waves" steps from one colour to the other in this many shades: the one texture with blends
 RADIUS_RANGE = (28.0, 56.0)  # circumscribed radius in px at 224: 56 to 112 px across, 4 to 7 patches of 16
 DISTRACTOR_MARGIN = 3  # px between a distractor and the object's mask
 LUMA_CONTRAST = 80  # least brightness difference between a texture's two colours
@@ -313,8 +314,10 @@ def _texture(obj: ShapeObject, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         second_colour = ((np.floor(u) + np.floor(v)) % 2).astype(bool)
     elif obj.texture == "dots":  # a disc of radius 0.3 period in each cell
         second_colour = (u - np.floor(u) - 0.5) ** 2 + (v - np.floor(v) - 0.5) ** 2 < 0.1225
-    elif obj.texture == "grid":  # thin lines (a quarter period) in both directions
-        second_colour = (u - np.floor(u) < 0.25) | (v - np.floor(v) < 0.25)
+    elif obj.texture == "waves":  # a sine across the bands, in WAVE_SHADES steps from one colour to the other
+        steps = np.round((0.5 + 0.5 * np.sin(math.pi * u)) * (WAVE_SHADES - 1)) / (WAVE_SHADES - 1)
+        blend = first + (second.astype(np.float32) - first) * steps[:, None].astype(np.float32)
+        return np.round(blend).astype(np.uint8)
     elif obj.texture == "zigzag":  # bands bent into a zigzag of one period's amplitude
         bent = u + np.abs((v % 2) - 1)
         second_colour = (np.floor(bent) % 2).astype(bool)
