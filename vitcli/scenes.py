@@ -5,16 +5,16 @@ index, KIND_CODE[kind]))`, so scene 7 is the same whether it is drawn alone or a
 share nothing. numpy and PIL only (no torch): the benchmark and its tests can draw thousands of scenes cheaply.
 
 kind "single" (224x224):
-- one object of class `label` (CLASS_NAMES: circle, square, triangle, star, cross, ring). A class is a shape AND
-  its own texture (TEXTURES, in the same order): circle stripes, square dots, triangle checker, star waves (a sine
-  across bands, in four shades), cross zigzag, ring speckle (cells of half a period, each of the two colours at random).
-  Both tell the class: the texture in every patch of the object, the shape over the whole. The texture's two
-  colours (random RGB whose brightnesses differ by at least 80 of 255), period (5 to 9 px) and angle, the
+- one object of class `label` (CLASS_NAMES: circle, square, triangle, star, cross, ring). A class is a shape AND its
+  own texture (TEXTURES, in the same order): circle stripes, square dots, triangle checker, star waves (a sine
+  across bands, in eight shades), cross zigzag, ring speckle (cells of half a period, each of the two colours at
+  random). Both tell the class: the texture in every patch of the object, the shape over the whole. The texture's
+  two colours (random RGB whose brightnesses differ by at least 80 of 255), period (5 to 9 px) and angle, the
   object's rotation, size and position are drawn per object independently of the class. A class-linked texture is
-  what makes the task learnable by a small ViT from scratch on a CPU in minutes (shape alone, at any rotation,
-  scale and colour, was not: held-out accuracy stayed near 0.3); the ground truth is unchanged: the class's
-  evidence is the object's pixels and nothing else, since nothing outside the object carries these textures;
-  its size (a circumscribed radius of 28 to 56 px, 56 to 112 px across) spans 4 to 7 patches of 16 px a side;
+  what makes the task learnable by a small ViT from scratch on a CPU in minutes (shape alone, at any rotation, scale
+  and colour, was not: held-out accuracy stayed near 0.3); the ground truth is unchanged: the class's evidence is
+  the object's pixels and nothing else, since nothing outside the object carries these textures; its size (a
+  circumscribed radius of 28 to 56 px, 56 to 112 px across) spans 4 to 7 patches of 16 px a side;
 - a cluttered background without any periodic texture: a linear gradient between two random colours at a random
   angle, plus smooth colour blobs (bicubic up-sampling of 4x4 random colours), plus per-pixel noise of random
   strength;
@@ -63,7 +63,7 @@ SIZE = 224
 # class, which a small ViT trained on 2 CPU cores learns; its shape alone (at any rotation and scale, in any colour)
 # it does not learn in that budget. Backgrounds (smooth gradients, blobs, noise) and distractors (plain) carry none.
 TEXTURES: tuple[str, ...] = ("stripes", "dots", "checker", "waves", "zigzag", "speckle")
-WAVE_SHADES = 4  # "waves" steps from one colour to the other in this many shades: the one texture with blends
+WAVE_SHADES = 8  # "waves" steps from one colour to the other in this many shades: the one texture with blends
 RADIUS_RANGE = (28.0, 56.0)  # circumscribed radius in px at 224: 56 to 112 px across, 4 to 7 patches of 16
 DISTRACTOR_MARGIN = 3  # px between a distractor and the object's mask
 LUMA_CONTRAST = 80  # least brightness difference between a texture's two colours
@@ -313,7 +313,7 @@ def _texture(obj: ShapeObject, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     elif obj.texture == "checker":
         second_colour = ((np.floor(u) + np.floor(v)) % 2).astype(bool)
     elif obj.texture == "dots":  # a disc of radius 0.3 period in each cell
-        second_colour = (u - np.floor(u) - 0.5) ** 2 + (v - np.floor(v) - 0.5) ** 2 < 0.1225
+        second_colour = (u - np.floor(u) - 0.5) ** 2 + (v - np.floor(v) - 0.5) ** 2 < 0.0625
     elif obj.texture == "waves":  # a sine across the bands, in WAVE_SHADES steps from one colour to the other
         steps = np.round((0.5 + 0.5 * np.sin(math.pi * u)) * (WAVE_SHADES - 1)) / (WAVE_SHADES - 1)
         blend = first + (second.astype(np.float32) - first) * steps[:, None].astype(np.float32)

@@ -60,7 +60,7 @@ IGNORED = -100  # cross_entropy's ignore_index: a patch the object covers only i
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    steps: int = 2800
+    steps: int = 3200
     batch_size: int = 32
     learning_rate: float = 3e-3
     weight_decay: float = 0.05
