@@ -30,7 +30,7 @@ demo-offline: $(STAMP)
 	$(BIN)/vitcli predict examples/images/newfoundland_31.jpg --weights random
 
 # The shipped shapes model (vitcli/models/shapes.*), trained again from scratch on generated scenes: seeded and
-# deterministic on a CPU (docs/models.md, "The shapes model"); about 10 minutes on 2 quiet cores.
+# deterministic on a CPU (docs/models.md, "The shapes model"); about 11 minutes on 2 quiet cores.
 shapes-model: $(STAMP)
 	nice -n 5 $(BIN)/python -m vitcli.shapes_training
 

@@ -44,6 +44,26 @@ def test_every_class_is_drawn_about_equally_often():
     assert counts.min() >= 240 / len(CLASS_NAMES) / 2
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_class_has_its_own_texture_in_two_colours(kind):
+    """The class decides the texture (docs/scenes.md's table), and the object's pixels show both its colours (a
+    texture always shows) and no others, but for waves' evenly spaced blends between them."""
+    assert len(set(scenes.TEXTURES)) == len(CLASS_NAMES)
+    for index in range(20):
+        for parts in layout(3, index, kind).parts:
+            obj = parts.obj
+            assert obj.texture == scenes.TEXTURES[obj.label]
+            canvas = np.zeros_like(parts.clutter)  # 112 px for a mosaic's quadrant
+            mask = paint_object(canvas, obj)
+            shown = {tuple(int(v) for v in pixel) for pixel in canvas[mask]}
+            first, second = np.array(obj.colours, float)
+            shades = scenes.WAVE_SHADES if obj.texture == "waves" else 2
+            allowed = {
+                tuple(int(v) for v in np.round(first + (second - first) * k / (shades - 1))) for k in range(shades)
+            }
+            assert set(obj.colours) <= shown <= allowed
+
+
 @pytest.mark.parametrize("kind", ["single", "bam"])
 def test_the_mask_is_exactly_the_pixels_the_object_changes(kind):
     """Painted alone on a black and on a white canvas, the object changes exactly the mask's pixels (no pixel of an

@@ -2,8 +2,8 @@
 
 Step s trains on scenes s*B .. s*B+B-1 of the series --data-seed (kind "single"): every scene is new, so an "epoch"
 is the whole run, one pass over steps*B scenes. AdamW with a linear warm-up then a cosine decay to zero; no dropout,
-no augmentation (the generator varies everything but the shape). The held-out accuracy is measured on --eval-count
-scenes of the series --eval-seed, which training never draws from.
+no augmentation (the generator varies everything but the class's shape and texture). The held-out accuracy is
+measured on --eval-count scenes of the series --eval-seed, which training never draws from.
 
 A plain ViT learns these scenes slowly from scratch (runs of 250 steps stayed at chance), so training uses the
 object masks the generator knows, in three ways that leave a plain timm ViT behind (nothing is added to the model):
@@ -62,12 +62,12 @@ IGNORED = -100  # cross_entropy's ignore_index: a patch the object covers only i
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    steps: int = 2000
+    steps: int = 3200
     batch_size: int = 32
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-3
     weight_decay: float = 0.05
     warmup_steps: int = 50
-    token_label_weight: float = 0.5
+    token_label_weight: float = 1.0
     mean_pool_weight: float = 1.0
     mimetic_init: bool = True
     kept_tokens: int = 72  # patches per scene in the object-centred phase (of 196)
