@@ -30,11 +30,11 @@ demo-offline: $(STAMP)
 	$(BIN)/vitcli predict examples/images/newfoundland_31.jpg --weights random
 
 # The shipped shapes model (vitcli/models/shapes.*), trained again from scratch on generated scenes: seeded and
-# deterministic on a CPU (docs/models.md, "The shapes model"); about 11 minutes on 2 quiet cores.
+# deterministic on a CPU (docs/models.md, "The shapes model"); about 17 minutes on 2 cores (shared with a second training when measured).
 shapes-model: $(STAMP)
 	nice -n 5 $(BIN)/python -m vitcli.shapes_training
 
-# The fast suite (1,160 tests in 3 min 20 s on 2 quiet cores after the install; see the README); CI runs everything.
+# The fast suite (sizes and times: docs/architecture.md, Tests); CI runs everything.
 test: $(STAMP)
 	$(PYTEST) -m "not slow"
 

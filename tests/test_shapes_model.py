@@ -21,7 +21,7 @@ from vitcli.spec import WeightsSpec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "images" / "shapes"
 HELD_OUT_SERIES = 4242  # neither the training series (1) nor the record's evaluation series (9001)
-HELD_OUT_COUNT = 200
+HELD_OUT_COUNT = 500
 
 
 def test_the_alias_names_the_architecture_and_the_shipped_checkpoint(tmp_path):
@@ -51,7 +51,7 @@ def test_the_shipped_files_are_small_half_precision_and_labelled():
 
 @pytest.fixture(scope="module")
 def held_out_accuracy(tmp_path_factory) -> float:
-    """Accuracy measured here, not read from the record: 200 fresh scenes of another series, each written as a PNG
+    """Accuracy measured here, not read from the record: 500 fresh scenes of another series, each written as a PNG
     and read back through the model's own preprocessing (vitcli's, which must equal the training's)."""
     from vitcli.loading import load_model
 
@@ -68,11 +68,11 @@ def held_out_accuracy(tmp_path_factory) -> float:
             torch.testing.assert_close(prepared.input, expected, atol=1e-6, rtol=0)
         inputs.append(prepared.input)
         labels.append(item.label)
-    predicted = model.logits(torch.stack(inputs)).argmax(dim=1).numpy()
+    predicted = torch.cat([model.logits(chunk) for chunk in torch.stack(inputs).split(64)]).argmax(dim=1).numpy()
     return float(np.mean(predicted == np.array(labels)))
 
 
-@pytest.mark.slow  # 200 scenes through vitcli's own preprocessing and forward: about 25 s on a busy machine
+@pytest.mark.slow  # 500 scenes through vitcli's own preprocessing and forward: about 40 s on a busy machine
 def test_the_shipped_model_is_far_better_than_chance_on_scenes_training_never_saw(held_out_accuracy):
     chance = 1 / len(CLASS_NAMES)
     spread = math.sqrt(chance * (1 - chance) / HELD_OUT_COUNT)  # a guessing model's standard error
@@ -80,13 +80,8 @@ def test_the_shipped_model_is_far_better_than_chance_on_scenes_training_never_sa
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 32 asks for 0.95; the shipped model, trained within the CPU budget, reaches about 0.4 "
-    "(docs/models.md, 'The shapes model'). Strict: a model that reaches it makes this fail, so the marker goes.",
-)
 def test_the_shipped_model_reaches_the_issues_accuracy(held_out_accuracy):
-    assert held_out_accuracy >= 0.95
+    assert held_out_accuracy >= 0.95  # issue 32: at least 0.95 on scenes training never saw
 
 
 def test_predict_with_the_shipped_model_runs_offline(cli, workdir):

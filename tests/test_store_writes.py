@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "vitcli"
 WRITERS = {
     "vitcli/store.py": "the output store",
     "vitcli/capture/family_table.py": "a developer tool: `make docs` rewrites the family table of docs/models.md",
-    "vitcli/shapes_training.py": "a developer tool: `make shapes-model` writes the shipped checkpoint, labels and record",
+    "vitcli/shapes_training.py": "a developer tool: `make shapes-model` writes the shipped model and its record",
 }
 
 PATH_WRITES = {"write_text", "write_bytes", "mkdir", "touch", "unlink", "rmdir", "symlink_to", "hardlink_to", "chmod"}

@@ -62,7 +62,7 @@ IGNORED = -100  # cross_entropy's ignore_index: a patch the object covers only i
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    steps: int = 3200
+    steps: int = 5000
     batch_size: int = 32
     learning_rate: float = 3e-3
     weight_decay: float = 0.05
@@ -71,7 +71,7 @@ class TrainingSettings:
     mean_pool_weight: float = 1.0
     mimetic_init: bool = True
     kept_tokens: int = 72  # patches per scene in the object-centred phase (of 196)
-    full_steps: int = 400  # the last steps see every patch, as the model does after training
+    full_steps: int = 300  # the last steps see every patch, as the model does after training
     data_seed: int = DATA_SEED
     model_seed: int = MODEL_SEED
     # One thread: on a 2-core machine shared with other work, two threads ran a step about 4x slower (they wait for

@@ -1,6 +1,6 @@
-"""explain's options for the input-gradient methods, the faithfulness curves and the audits: their declarations (typed parameters of
-explain's builder, vitcli.declared_options), the baseline's choices, and their parts of a result's name and settings
-(kept apart so vitcli/jobs/explain.py stays readable)."""
+"""explain's options for the input-gradient methods, the faithfulness curves and the audits: their declarations
+(typed parameters of explain's builder, vitcli.declared_options), the baseline's choices, and their parts of a
+result's name and settings (kept apart so vitcli/jobs/explain.py stays readable)."""
 
 from __future__ import annotations
 
