@@ -14,7 +14,7 @@ from vitcli.capture.support import COMMAND_NEEDS, LACKS, TARGET_COMMANDS, suppor
 
 RANDOM = ("--weights", "random", "--device", "cpu")
 # Commands that load no model: their checks are about files, not families.
-WITHOUT_A_MODEL = {"report", "merge", "run"}
+WITHOUT_A_MODEL = {"report", "merge", "run", "scenes"}
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ COMMAND_NEEDS: dict[str, frozenset[str]] = {
         "trace": {"class_head", "linear_head", "explicit_forward", "linear_patches", "plain_rows", "plain_pooling"},
         "compare": {"class_head", "linear_head", "cls_token", "plain_rows"},
         "explain": EXPLAIN_NEEDS,  # the pixel-gradient methods, Grad-CAM and occlusion
+        "bench": EXPLAIN_NEEDS,  # explain's maps of the scene's class; a method that needs more gets a row saying why
         # The methods that need more (vitcli.explain_methods), in the table's order of rows.
         **{
             f"explain --method {name}": EXPLAIN_METHODS[name].needs
